@@ -1,0 +1,129 @@
+import pytest
+import torch
+
+from model import ModelConfig, SudokuTransformer, apply_rope, load_model, rope_cache
+
+SMALL = dict(n_layer=2, n_head=4, n_embd=32, d_ff=64, dropout=0.0)
+
+
+def tokens(B=3, L=81, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(2, 17, (B, L), generator=g)
+
+
+@pytest.mark.parametrize("tie,relay,expected", [
+    (False, False, 7_105_536), (True, False, 7_099_008), (False, True, 7_106_304), (True, True, 7_099_776)])
+def test_paper_parameter_counts(tie, relay, expected):
+    model = SudokuTransformer(ModelConfig(tie_embeddings=tie, relay=relay))
+    assert model.num_params() == expected
+
+
+def test_tied_head_shares_rescaled_embedding():
+    model = SudokuTransformer(ModelConfig(tie_embeddings=True))
+    assert model.head.weight is model.tok_emb.weight
+    w = model.tok_emb.weight
+    assert torch.all(w[0] == 0)  # PAD row
+    assert abs(w[1:].std().item() - 384 ** -0.5) < 0.01  # N(0, 1/sqrt(d)), not N(0, 1)
+
+
+def test_relay_with_zero_layernorm_equals_plain_model():
+    torch.manual_seed(0)
+    plain = SudokuTransformer(ModelConfig(**SMALL))
+    relay = SudokuTransformer(ModelConfig(**SMALL, relay=True))
+    missing, unexpected = relay.load_state_dict(plain.state_dict(), strict=False)
+    assert set(missing) == {"relay_norm.weight", "relay_norm.bias"} and not unexpected
+    torch.nn.init.zeros_(relay.relay_norm.weight)
+    torch.nn.init.zeros_(relay.relay_norm.bias)
+    x = tokens()
+    h = torch.randn(3, 81, 32)
+    ref_logits, ref_h = plain(x)
+    for state in (None, h):
+        logits, h_out = relay(x, state)
+        assert torch.equal(logits, ref_logits) and torch.equal(h_out, ref_h)
+
+
+def test_relay_state_is_used_and_none_means_zero():
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
+    with torch.no_grad():
+        model.relay_norm.bias.normal_()  # LN(0) = beta: make it non-trivial
+    x = tokens()
+    a, _ = model(x, None)
+    b, _ = model(x, torch.zeros(3, 81, 32))
+    c, _ = model(x, torch.randn(3, 81, 32))
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    assert (a - c).abs().max() > 1e-3
+
+
+def test_h_out_is_pre_final_norm_and_plain_model_rejects_h():
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL))
+    logits, h = model(tokens())
+    torch.testing.assert_close(logits, model.head(model.final_norm(h)))
+    with pytest.raises(ValueError, match="relay=False"):
+        model(tokens(), h)
+
+
+def test_attention_is_bidirectional():
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL))
+    x = tokens(B=1)
+    y = x.clone()
+    y[0, -1] = 2 if x[0, -1] != 2 else 9
+    assert (model(x)[0][0, 0] - model(y)[0][0, 0]).abs().max() > 1e-6  # cell 0 sees cell 80
+
+
+def test_rope_scores_depend_only_on_relative_position():
+    cos, sin = rope_cache(64, 90)
+    q, k = torch.randn(64), torch.randn(64)
+    def score(m, n):
+        return (apply_rope(q, cos[m], sin[m]) * apply_rope(k, cos[n], sin[n])).sum()
+    torch.testing.assert_close(score(3, 10), score(40, 47), rtol=1e-4, atol=1e-4)
+    assert abs(score(3, 10) - score(3, 11)) > 1e-4
+    # rotate-half pairs dim i with dim i + 32, angle pos * 10000^(-2i/64)
+    x = torch.zeros(64); x[5] = 1.0
+    out = apply_rope(x, cos[7], sin[7])
+    angle = 7 * 10000 ** (-2 * 5 / 64)
+    torch.testing.assert_close(out[[5, 37]], torch.tensor([torch.cos(torch.tensor(angle)), torch.sin(torch.tensor(angle))]))
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**{**SMALL, "dropout": 0.5}))
+    x = tokens()
+    model.eval()
+    assert torch.equal(model(x)[0], model(x)[0])
+    model.train()
+    assert not torch.equal(model(x)[0], model(x)[0])
+
+
+def save_ckpt(path, model, ema_shadow=None):
+    from dataclasses import asdict
+    torch.save({"model": model.state_dict(), "model_config": asdict(model.config),
+                "ema": {"shadow": ema_shadow, "num_updates": 1} if ema_shadow else None,
+                "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, path)
+
+
+def test_load_model_round_trip_and_ema(tmp_path):
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
+    shadow = {n: p.detach() + 1.0 for n, p in model.named_parameters()}
+    save_ckpt(tmp_path / "ckpt.pt", model, shadow)
+    raw, cfg = load_model(str(tmp_path), ema=False)
+    assert cfg["objective"] == "relay" and not raw.training
+    for (n, p), q in zip(model.named_parameters(), raw.parameters()):
+        assert torch.equal(p, q), n
+    ema, _ = load_model(str(tmp_path / "ckpt.pt"))
+    for n, p in ema.named_parameters():
+        assert torch.equal(p, shadow[n]), n
+
+
+def test_load_model_errors(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint"):
+        load_model(str(tmp_path / "missing.pt"))
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    with pytest.raises(ValueError, match="cannot read"):
+        load_model(str(tmp_path / "junk.pt"))
+    torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a train_sudoku.py checkpoint"):
+        load_model(str(tmp_path / "other.pt"))
