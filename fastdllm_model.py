@@ -1,0 +1,368 @@
+"""Fast-dLLM v2 (a block-diffusion Qwen2.5) with the Relay channel.
+
+The backbone is transformers' Qwen2 driven through `inputs_embeds` with a 4-D boolean
+attention mask and its KV cache; this file adds what the library cannot express:
+  - the relay LayerNorm injected at MASK positions before decoder layer 0 (paper Sec. 4.2),
+  - the block-diffusion attention masks (training [x_t || x_0] mask and the block-causal
+    inference mask),
+  - the token shift ("logit i-1 predicts token i"), shared by training and generation,
+  - loading / saving checkpoints in the layout of the released Relay checkpoints
+    (config.json with bd_size, mask_token_id, use_relay, relay_layer; safetensors with
+    model.* / lm_head.weight / model.relay_layer_norm.{weight,bias}), so plain
+    `Qwen2ForCausalLM.from_pretrained` users and the released models interoperate.
+
+    from fastdllm_model import load_fastdllm, make_tiny_fastdllm
+    model, tok = load_fastdllm("Efficient-Large-Model/Fast_dLLM_v2_1.5B", use_relay=True)
+    model = make_tiny_fastdllm(use_relay=True)   # random 2-layer Qwen2 for CPU tests
+"""
+import json
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers.cache_utils import DynamicCache
+from transformers.utils import logging as hf_logging
+
+from relay import RelayLayerNorm
+
+HUB_ID = "Efficient-Large-Model/Fast_dLLM_v2_1.5B"
+MASK_TOKEN = "|<MASK>|"
+DEFAULT_MASK_ID = 151665  # not in the 1.5B config.json; the authors' config class default
+DEFAULT_BD_SIZE = 32
+RELAY_KEYS = ("model.relay_layer_norm.weight", "model.relay_layer_norm.bias")
+
+# LMFlow's `fast_dllm_v2` conversation template (Qwen2.5 ChatML with the short default system
+# prompt). The {% generation %} span marks what is supervised: the assistant content plus
+# "<|im_end|>\n"; the role header is not. Used for training data and for the tiny tokenizer.
+CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- generation %}{{- message['content'] + '<|im_end|>\\n' }}{%- endgeneration %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# -----------------------------------------------------------------------------
+# attention masks (bool, True = may attend), shape (1, 1, Lq, Lkv) for SDPA broadcasting
+
+
+def bd_training_mask(L: int, bd_size: int, device=None) -> torch.Tensor:
+    """Mask over the doubled training input [x_t || x_0] of length 2L (paper App., design note 2.3).
+
+    M_BD : same block, same stream (each noised block and each clean block is bidirectional)
+    M_OBC: x_t query, x_0 key, strictly earlier block (a noised block sees the clean prefix)
+    M_BC : x_0 query, x_0 key, block_q >= block_kv (the clean stream is block-causal)
+    So x_0 never attends to x_t and a noised block never sees another noised block.
+    """
+    if L % bd_size:
+        raise ValueError(f"sequence length {L} must be a multiple of the block size {bd_size}")
+    idx = torch.arange(2 * L, device=device)
+    is0 = idx >= L
+    blk = (idx - L * is0) // bd_size
+    q0, k0 = is0[:, None], is0[None, :]
+    bq, bk = blk[:, None], blk[None, :]
+    m_bd = (bq == bk) & (q0 == k0)
+    m_obc = ~q0 & k0 & (bq > bk)
+    m_bc = q0 & k0 & (bq >= bk)
+    return (m_bd | m_obc | m_bc)[None, None]
+
+
+def block_causal_mask(q_len: int, kv_len: int, bd_size: int, device=None) -> torch.Tensor:
+    """Inference mask: the queries are the last q_len of kv_len absolute positions (cache + chunk);
+    a query sees every key whose block is not later than its own (design note 1.4, eval forward)."""
+    q_pos = torch.arange(kv_len - q_len, kv_len, device=device)
+    k_pos = torch.arange(kv_len, device=device)
+    return ((q_pos[:, None] // bd_size) >= (k_pos[None, :] // bd_size))[None, None]
+
+
+# -----------------------------------------------------------------------------
+# token shift: the head at position i-1 predicts token i, so the relay state that belongs to
+# token i is also the one computed at i-1 (design notes 2.4 and 4.1)
+
+
+def shift_logits(logits: torch.Tensor) -> torch.Tensor:
+    """(B, L, V) -> (B, L, V) with out[:, i] = logits[:, i-1] and out[:, 0] = logits[:, 0]."""
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+
+def shift_hidden(h: torch.Tensor) -> torch.Tensor:
+    """(B, L, d) -> (B, L, d) relay alignment h_t[i] = h_s[i-1], h_t[0] = h_s[0]."""
+    return torch.cat([h[:, :1], h[:, :-1]], dim=1)
+
+
+# -----------------------------------------------------------------------------
+
+
+@dataclass
+class FastDLLMOutput:
+    logits: torch.Tensor  # (B, L, V), unshifted
+    hidden: torch.Tensor  # (B, L, d) relay readout h_s (after the final RMSNorm when relay_layer = -1)
+    past_key_values: DynamicCache | None = None
+
+
+class FastDLLM(nn.Module):
+    """Qwen2 decoder + optional relay LayerNorm. Parameter names follow the released checkpoints:
+    model.* (Qwen2Model), lm_head.weight (tied to model.embed_tokens.weight for the 1.5B) and
+    model.relay_layer_norm.{weight,bias}."""
+
+    def __init__(self, lm: Qwen2ForCausalLM, use_relay: bool | None = None):
+        super().__init__()
+        config = lm.config
+        for key, default in (("bd_size", DEFAULT_BD_SIZE), ("mask_token_id", DEFAULT_MASK_ID),
+                             ("use_relay", False), ("relay_layer", -1)):
+            if getattr(config, key, None) is None:
+                setattr(config, key, default)
+        if use_relay is not None:
+            config.use_relay = bool(use_relay)
+        if not -1 <= config.relay_layer < config.num_hidden_layers:
+            raise ValueError(f"relay_layer={config.relay_layer} must be -1 or a decoder layer index < {config.num_hidden_layers}")
+        self.config = config
+        self.model = lm.model  # Qwen2Model
+        self.lm_head = lm.lm_head  # shares its weight with model.embed_tokens when tied
+        # Living inside self.model gives the released key name model.relay_layer_norm.*.
+        # gamma = 0 and beta = 0 make a fresh relay an exact no-op (design note 4.1).
+        self.model.relay_layer_norm = (
+            RelayLayerNorm(config.hidden_size, eps=config.rms_norm_eps, zero_init=True).to(
+                device=lm.lm_head.weight.device, dtype=lm.lm_head.weight.dtype)
+            if config.use_relay else None)
+
+    @property
+    def relay_layer_norm(self) -> nn.Module | None:
+        return self.model.relay_layer_norm
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.config.mask_token_id
+
+    def gradient_checkpointing_enable(self) -> None:
+        # non-reentrant: the relay path makes forward 1 feed forward 2, which reentrant
+        # checkpointing would not recompute correctly
+        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def embed(self, input_ids: torch.Tensor, relay_h: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embedding plus LN_relay(relay_h) only where input_ids == mask_token_id.
+
+        relay_h (B, L', d) with L' <= L covers the first L' positions (e.g. only the x_t half
+        of the doubled training input); positions beyond it get no relay. It must already be
+        shifted (see shift_hidden)."""
+        x = self.model.embed_tokens(input_ids)  # (B, L, d)
+        if relay_h is None:
+            return x
+        if self.relay_layer_norm is None:
+            raise ValueError("relay_h was given but this model has no relay LayerNorm: load or build it with use_relay=True")
+        B, L = input_ids.shape
+        if relay_h.dim() != 3 or relay_h.shape[0] != B or relay_h.shape[1] > L or relay_h.shape[2] != x.shape[2]:
+            raise ValueError(f"relay_h must have shape (B={B}, L'<={L}, d={x.shape[2]}), got {tuple(relay_h.shape)}")
+        n = relay_h.shape[1]
+        ln = self.relay_layer_norm
+        delta = ln(relay_h.to(ln.weight.dtype)).to(x.dtype)  # (B, n, d)
+        guard = (input_ids[:, :n] == self.config.mask_token_id).unsqueeze(-1)
+        head = torch.where(guard, x[:, :n] + delta, x[:, :n])  # committed / clean tokens never see the relay
+        return head if n == L else torch.cat([head, x[:, n:]], dim=1)
+
+    def forward(self, input_ids: torch.Tensor, relay_h: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                past_key_values: DynamicCache | None = None, use_cache: bool = False,
+                n_keep: int | None = None) -> FastDLLMOutput:
+        """One forward. attention_mask: 4-D bool (B or 1, 1, Lq, Lkv), True = may attend; None gives
+        the block-causal inference mask over [cache || input]. n_keep: return logits and hidden
+        only for the first n_keep positions (the x_t half in training: the lm_head over a
+        151936-word vocabulary is the largest activation, so skipping the x_0 half matters)."""
+        B, L = input_ids.shape
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if attention_mask is None:
+            attention_mask = block_causal_mask(L, past + L, self.config.bd_size, input_ids.device)
+        if attention_mask.dim() != 4 or attention_mask.dtype != torch.bool:
+            raise ValueError("attention_mask must be a 4-D bool tensor (B, 1, Lq, Lkv) with True = may attend")
+        if self.config._attn_implementation == "eager":  # eager adds the mask to the scores
+            attention_mask = torch.zeros(attention_mask.shape, dtype=self.lm_head.weight.dtype,
+                                         device=input_ids.device).masked_fill(~attention_mask, torch.finfo(self.lm_head.weight.dtype).min)
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        inputs_embeds = self.embed(input_ids, relay_h)
+        captured = {}
+        if self.config.relay_layer >= 0:  # readout = raw residual stream after decoder layer k
+            layer = self.model.layers[self.config.relay_layer]
+            hook = layer.register_forward_hook(lambda m, i, o: captured.__setitem__("h", o[0] if isinstance(o, tuple) else o))
+        try:
+            out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=past_key_values, use_cache=use_cache)
+        finally:
+            if self.config.relay_layer >= 0:
+                hook.remove()
+        hidden = captured.get("h", out.last_hidden_state)
+        n = L if n_keep is None else n_keep
+        logits = self.lm_head(out.last_hidden_state[:, :n])
+        return FastDLLMOutput(logits=logits, hidden=hidden[:, :n], past_key_values=out.past_key_values if use_cache else None)
+
+
+# -----------------------------------------------------------------------------
+# checkpoints
+
+_LEGACY_RENAMES = {"use_loopholing": "use_relay", "loophole_layer": "relay_layer"}
+_LEGACY_DROPPED = ("use_cab", "use_mlp_carry", "read_layers", "only_mask_tokens", "loophole_position_guard")
+
+
+def _config_from_json(path: str) -> Qwen2Config:
+    with open(path) as f:
+        d = json.load(f)
+    for old, new in _LEGACY_RENAMES.items():  # pre-release Relay checkpoints
+        if old in d:
+            d.setdefault(new, d.pop(old))
+    dropped = [k for k in d if k in _LEGACY_DROPPED or k.startswith("cab_")]
+    if dropped:
+        warnings.warn(f"ignoring unsupported legacy config keys {dropped} in {path}")
+    for k in dropped + ["auto_map", "architectures", "model_type", "transformers_version"]:
+        d.pop(k, None)
+    d.setdefault("bd_size", DEFAULT_BD_SIZE)
+    d.setdefault("mask_token_id", DEFAULT_MASK_ID)
+    d.setdefault("use_relay", False)
+    d.setdefault("relay_layer", -1)
+    return Qwen2Config(**d)
+
+
+def _weight_files(ckpt_dir: str) -> list[str]:
+    index = os.path.join(ckpt_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            return sorted({os.path.join(ckpt_dir, v) for v in json.load(f)["weight_map"].values()})
+    single = os.path.join(ckpt_dir, "model.safetensors")
+    if os.path.exists(single):
+        return [single]
+    raise ValueError(f"no model.safetensors (or model.safetensors.index.json) in {ckpt_dir}")
+
+
+def resolve_checkpoint(name_or_path: str) -> str:
+    """A local directory as is; otherwise a hub id, downloaded (config, tokenizer, safetensors)."""
+    if os.path.isdir(name_or_path):
+        return name_or_path
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1:
+        raise ValueError(f"checkpoint directory '{name_or_path}' does not exist (and it is not a hub id like {HUB_ID})")
+    from huggingface_hub import snapshot_download
+    try:
+        return snapshot_download(name_or_path, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja", "merges.txt"])
+    except Exception as e:
+        raise ValueError(f"cannot fetch '{name_or_path}' from the Hugging Face hub ({type(e).__name__}); "
+                         f"download it where there is internet (hf download {name_or_path} --local-dir DIR) and pass DIR") from None
+
+
+def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch.dtype = torch.bfloat16,
+                  device: str = "cpu") -> tuple[FastDLLM, PreTrainedTokenizerFast]:
+    """Load a Fast-dLLM v2 checkpoint (local dir or hub id), with its tokenizer.
+
+    use_relay=None follows the checkpoint; True on a checkpoint without relay weights attaches a
+    fresh zero-initialised relay LayerNorm (the start of a Relay run); False drops them."""
+    ckpt_dir = resolve_checkpoint(name_or_path)
+    config = _config_from_json(os.path.join(ckpt_dir, "config.json"))
+    files = _weight_files(ckpt_dir)
+    # the relay keys are not Qwen2's: silence transformers' "UNEXPECTED keys" report, we load them below
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        lm = Qwen2ForCausalLM.from_pretrained(ckpt_dir, config=config, dtype=dtype, attn_implementation="sdpa")
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model = FastDLLM(lm, use_relay=use_relay)
+    if model.relay_layer_norm is not None:
+        found = {}
+        for fname in files:
+            with safe_open(fname, framework="pt") as f:
+                for k in RELAY_KEYS:
+                    if k in f.keys():
+                        found[k.rsplit(".", 1)[1]] = f.get_tensor(k)
+        if len(found) == 2:
+            model.relay_layer_norm.load_state_dict(found)
+        elif found:
+            raise ValueError(f"{ckpt_dir} holds only part of the relay LayerNorm ({sorted(found)})")
+        elif use_relay is None:
+            raise ValueError(f"{ckpt_dir}/config.json says use_relay=True but the weights have no {RELAY_KEYS[0]}")
+    model.to(device=device, dtype=dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(ckpt_dir)
+    except Exception as e:
+        raise ValueError(f"cannot load the tokenizer from {ckpt_dir}: {type(e).__name__}: {e}") from None
+    check_tokenizer(tokenizer, model.config)
+    return model, tokenizer
+
+
+def check_tokenizer(tokenizer, config) -> None:
+    """The tokenizer must map |<MASK>| to the model's mask_token_id (151665 for Fast-dLLM v2)."""
+    ids = tokenizer.convert_tokens_to_ids([MASK_TOKEN])
+    if ids[0] is None or ids[0] == tokenizer.unk_token_id:
+        # LMFlow adds it when missing; 151665 then lands inside the existing 151936-row embedding
+        tokenizer.add_special_tokens({"additional_special_tokens": [MASK_TOKEN]})
+        ids = tokenizer.convert_tokens_to_ids([MASK_TOKEN])
+    if ids[0] != config.mask_token_id:
+        raise ValueError(f"tokenizer maps {MASK_TOKEN} to {ids[0]} but the model's mask_token_id is {config.mask_token_id}")
+
+
+def save_fastdllm(model: FastDLLM, tokenizer, out_dir: str, state_dict: dict | None = None) -> None:
+    """Write config.json + model.safetensors (+ tokenizer files) in the released layout.
+
+    state_dict: pass a gathered full state dict when parameters are sharded (ZeRO-3); by
+    default the model's own. The tied lm_head.weight is not stored (as transformers does)."""
+    os.makedirs(out_dir, exist_ok=True)
+    sd = model.state_dict() if state_dict is None else state_dict
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in sd.items() if not (tied and k == "lm_head.weight")}
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    config = model.config.to_dict()
+    config["architectures"] = ["Qwen2ForCausalLM"]
+    config["model_type"] = "qwen2"
+    config["dtype"] = str(next(iter(tensors.values())).dtype).removeprefix("torch.")
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
+
+
+# -----------------------------------------------------------------------------
+# tiny random model and local tokenizer for CPU tests and config/fastdllm_tiny.py
+
+
+def make_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level tokenizer, no merges: 256 byte symbols + the ChatML specials + |<MASK>|.
+
+    Any text round-trips, so the data pipeline runs on real prompts; built locally (no hub)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    vocab = {ch: i for i, ch in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>", MASK_TOKEN])
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+TINY_CONFIG = dict(
+    vocab_size=320,  # > len(make_tiny_tokenizer()) = 260, like Qwen's padded embedding
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    max_position_embeddings=4096, rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+    hidden_act="silu", attention_dropout=0.0, use_sliding_window=False,
+    bd_size=DEFAULT_BD_SIZE, relay_layer=-1,
+)
+
+
+def make_tiny_fastdllm(use_relay: bool = False, seed: int = 0, **overrides) -> FastDLLM:
+    """Randomly initialised 2-layer Qwen2 (hidden 64, 4 heads, 2 kv heads) with the tiny tokenizer's
+    special-token ids, in fp32. overrides: any Qwen2Config / Fast-dLLM field (e.g. bd_size=8)."""
+    tok = make_tiny_tokenizer()
+    ids = dict(mask_token_id=tok.convert_tokens_to_ids(MASK_TOKEN), bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+               eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
+    config = Qwen2Config(**{**TINY_CONFIG, **ids, **overrides, "use_relay": use_relay})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    return FastDLLM(Qwen2ForCausalLM(config), use_relay=use_relay)
