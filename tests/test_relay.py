@@ -1,0 +1,265 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import ModelConfig, SudokuTransformer
+from relay import (MASK, RelayLayerNorm, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
+                   mlm_loss, mlm_masking, rollout_loss, threshold_policy)
+
+V = 17
+SMALL = dict(n_layer=2, n_head=4, n_embd=32, d_ff=64, dropout=0.0)
+
+
+def logits_with_confidence(conf: torch.Tensor, top: int = 9) -> torch.Tensor:
+    """Logits (..., V) whose softmax max-probability is exactly conf, at token `top`."""
+    rest = ((1 - conf) / (V - 1)).log()
+    out = rest.unsqueeze(-1).repeat(*([1] * conf.dim()), V)
+    out[..., top] = conf.log()
+    return out
+
+
+def reference_confidence_unmask(logits, candidates, tau):
+    """Row-by-row loop version of design note 4.1, written independently of the vectorised one."""
+    conf = logits.float().softmax(-1).amax(-1)
+    out = torch.zeros_like(candidates)
+    for b in range(len(conf)):
+        cells = [i for i in range(conf.shape[1]) if candidates[b, i]]
+        cells.sort(key=lambda i: 1 - conf[b, i].item())
+        total = 0.0
+        for i in cells:
+            total += 1 - conf[b, i].item()
+            if total < tau:
+                out[b, i] = True
+        if cells and not out[b].any():
+            out[b, max(cells, key=lambda i: conf[b, i].item())] = True
+    return out
+
+
+def test_inclusive_cumsum_commits_exactly_one():
+    logits = logits_with_confidence(torch.tensor([[0.9, 0.9, 0.9, 0.3]]))  # u = 0.1, 0.1, 0.1, 0.7
+    cand = torch.ones(1, 4, dtype=torch.bool)
+    assert confidence_unmask(logits, cand, 0.15).sum() == 1  # xlm-core's exclusive rule would commit 2
+    assert confidence_unmask(logits, cand, 0.25).sum() == 2
+    assert confidence_unmask(logits, cand, 0.35).sum() == 3
+    assert confidence_unmask(logits, cand, 1.05).sum() == 4
+
+
+def test_nothing_qualifies_forces_most_confident():
+    logits = logits_with_confidence(torch.tensor([[0.2, 0.6, 0.4, 0.99]]))
+    cand = torch.tensor([[True, True, True, False]])  # the most confident cell is not a candidate
+    out = confidence_unmask(logits, cand, 0.15)
+    assert out.tolist() == [[False, True, False, False]]
+    assert confidence_unmask(logits, cand, 0.0).tolist() == [[False, True, False, False]]  # tau 0: one per step
+
+
+def test_non_candidates_never_selected_and_done_rows_select_nothing():
+    logits = logits_with_confidence(torch.tensor([[0.999, 0.999, 0.5], [0.999, 0.999, 0.999]]))
+    cand = torch.tensor([[False, True, True], [False, False, False]])
+    out = confidence_unmask(logits, cand, 10.0)
+    assert out.tolist() == [[False, True, True], [False, False, False]]
+
+
+def test_confidence_unmask_matches_row_loop():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(16, 81, V, generator=g) * 4
+    cand = torch.rand(16, 81, generator=g) < 0.6
+    cand[3] = False
+    for tau in (0.0, 0.05, 0.15, 0.5, 3.0):
+        assert torch.equal(confidence_unmask(logits, cand, tau), reference_confidence_unmask(logits, cand, tau))
+    taus = torch.rand(16, generator=g)  # one tau per row
+    out = confidence_unmask(logits, cand, taus)
+    for b in range(16):
+        assert torch.equal(out[b], reference_confidence_unmask(logits[b:b + 1], cand[b:b + 1], taus[b].item())[0])
+
+
+def test_block_confidence_unmask():
+    conf = torch.tensor([[0.9, 0.5, 0.3, 0.95, 0.4, 0.2, 0.99, 0.1]])
+    cand = torch.tensor([[True, True, True, False, False, False, False, True]])
+    out = block_confidence_unmask(logits_with_confidence(conf), cand, threshold=0.85, block_size=3)
+    # block 0: 0.9 > 0.85 (also its argmax); block 1: no candidates; block 2 (6, 7): argmax = cell 7
+    assert out.tolist() == [[True, False, False, False, False, False, False, True]]
+    out = block_confidence_unmask(logits_with_confidence(conf), cand, threshold=0.2, block_size=4)
+    # block 0: all three candidates exceed 0.2; block 1: cell 7 (0.1) is below it but is its block's argmax
+    assert out.tolist() == [[True, True, True, False, False, False, False, True]]
+
+
+def test_threshold_policy_draws_tau_per_call():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 81, V, generator=g) * 4
+    cand = torch.ones(4, 81, dtype=torch.bool)
+    fixed = threshold_policy(0.15, sigma=0.0)
+    assert torch.equal(fixed(logits, cand), confidence_unmask(logits, cand, 0.15))
+    policy = threshold_policy(0.15, 0.1, torch.Generator().manual_seed(1))
+    eps = torch.randn(2, generator=torch.Generator().manual_seed(1))
+    for e in eps:
+        expected = confidence_unmask(logits, cand, max(0.0, 0.15 + 0.1 * e.item()))
+        assert torch.equal(policy(logits, cand), expected)
+
+
+def test_masked_ce_token_mean_and_ddp_normalisation():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 81, V, generator=g)
+    x0 = torch.randint(8, 17, (6, 81), generator=g)
+    mask = torch.rand(6, 81, generator=g) < 0.3
+    expected = F.cross_entropy(logits[mask], x0[mask])
+    torch.testing.assert_close(masked_ce(logits, x0, mask), expected)
+    # two "ranks" whose losses are normalised by the mean count average to the global token mean
+    mean_count = lambda n: mask.sum().float() / 2  # noqa: E731
+    halves = [masked_ce(logits[s], x0[s], mask[s], mean_count) for s in (slice(0, 2), slice(2, 6))]
+    torch.testing.assert_close((halves[0] + halves[1]) / 2, expected)
+    assert masked_ce(logits, x0, torch.zeros_like(mask)).item() == 0.0
+
+
+def test_mlm_masking_and_loss():
+    g = torch.Generator().manual_seed(0)
+    clues = torch.rand(2000, 81, generator=g) < 0.4
+    masked = mlm_masking(clues, g)
+    assert not (masked & clues).any()
+    frac = masked.sum(1).float() / (~clues).sum(1).float()
+    assert 0.45 < frac.mean() < 0.55 and frac.std() > 0.2  # t ~ U(0,1) per puzzle: mean 1/2, wide spread
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL))
+    x0 = torch.randint(8, 17, (4, 81), generator=g)
+    clues, masked = clues[:4], masked[:4]
+    loss = mlm_loss(model, x0, clues, masked=masked)
+    logits, _ = model(torch.where(masked, MASK, x0))
+    torch.testing.assert_close(loss, F.cross_entropy(logits[masked], x0[masked]))  # no 1/t weight
+
+
+def puzzle_batch(B=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x0 = torch.randint(8, 17, (B, 81), generator=g)
+    clues = torch.rand(B, 81, generator=g) < 0.4
+    return x0, ~clues
+
+
+class Recorder:
+    """Wraps a model as step_fn and keeps every step's inputs and outputs."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, []
+
+    def __call__(self, z, h):
+        logits, h_out = self.model(z, h)
+        self.calls.append((z, h, logits, h_out))
+        return logits, h_out
+
+
+def test_k1_rollout_loss_equals_masked_ce_of_one_forward():
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
+    x0, maskable = puzzle_batch()
+    z = torch.where(maskable, MASK, x0)
+    out = rollout_loss(model, (z, x0, maskable, None), K=1, variant="relay")
+    logits, _ = model(z)
+    torch.testing.assert_close(out.loss, F.cross_entropy(logits[maskable], x0[maskable]))
+
+
+@pytest.mark.parametrize("variant", ["relay", "relay_sg", "rollout"])
+def test_gradient_paths_across_steps(variant):
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=variant != "rollout"))
+    with torch.no_grad():  # a non-trivial incoming state
+        h0 = torch.randn(8, 81, 32)
+    x0, maskable = puzzle_batch()
+    rec = Recorder(model)
+    z = torch.where(maskable, MASK, x0)
+    rollout_loss(rec, (z, x0, maskable, h0 if variant != "rollout" else None), K=2, variant=variant)
+    (z1, h1_in, _, h1_out), (z2, h2_in, logits2, _) = rec.calls
+    loss2 = masked_ce(logits2, x0, (z2 == MASK) & maskable)
+    assert h1_in is None or not h1_in.requires_grad  # the stored state never carries a graph
+    if variant == "rollout":
+        assert h1_in is None and h2_in is None  # no relay path at all
+        return
+    g_h1, g_gamma = torch.autograd.grad(loss2, [h1_out, model.relay_norm.weight], allow_unused=True,
+                                        retain_graph=True)
+    if variant == "relay":
+        assert h2_in is h1_out
+        assert g_h1 is not None and g_h1.abs().sum() > 0
+        # the relay LN's gradient has a part that flows through step 1 (it is applied there too)
+        sg_logits, _ = model(z2, h1_out.detach())
+        g_sg = torch.autograd.grad(masked_ce(sg_logits, x0, (z2 == MASK) & maskable), model.relay_norm.weight)[0]
+        assert (g_gamma - g_sg).abs().max() > 1e-7
+    else:
+        assert torch.equal(h2_in, h1_out.detach())
+        assert g_h1 is None  # no gradient reaches step 1 from the step-2 loss
+        # step 2's gradients equal those of a fresh forward on (z2, h1): nothing flows into step 1
+        params = [p for p in model.parameters()]
+        g_roll = torch.autograd.grad(loss2, params, allow_unused=True)
+        ref_logits, _ = model(z2, h1_out.detach())
+        g_ref = torch.autograd.grad(masked_ce(ref_logits, x0, (z2 == MASK) & maskable), params, allow_unused=True)
+        for a, b in zip(g_roll, g_ref):
+            torch.testing.assert_close(a, b)
+
+
+def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces():
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=True)).eval()
+    x0, maskable = puzzle_batch()
+    buf = RolloutBuffer(8)
+    buf.refill(x0, maskable)
+    prev = buf.z.clone()
+    for _ in range(41):  # <= 81 cells, >= 2 per window
+        with torch.no_grad():
+            out = rollout_loss(model, buf, K=2, variant="relay", policy=threshold_policy(0.15, 0.0))
+        revealed = prev != MASK
+        assert torch.equal(out.z[revealed], prev[revealed])  # nothing committed ever changes
+        assert torch.equal(out.z[~maskable], x0[~maskable])  # clues stay
+        now = out.z != MASK
+        assert torch.equal(out.z[now], x0[now])  # every revealed cell holds the true token
+        left_before, left_after = (prev == MASK).sum(1), (out.z == MASK).sum(1)
+        assert torch.all(left_before - left_after >= left_before.clamp(max=2))  # >= 1 cell per row per step
+        prev = out.z.clone()
+    assert buf.finished().all()
+
+
+def test_buffer_refills_only_finished_slots():
+    x0, maskable = puzzle_batch(B=6, seed=0)
+    buf = RolloutBuffer(6)
+    assert buf.refill(x0, maskable) == 6
+    assert torch.equal(buf.z, torch.where(maskable, MASK, x0))  # cold: every maskable cell masked
+    buf.h = torch.randn(6, 81, 4)
+    h_before, z_before = buf.h.clone(), buf.z.clone()
+    buf.z[[1, 4]] = buf.x0[[1, 4]]  # slots 1 and 4 finish
+    new_x0, new_maskable = puzzle_batch(B=6, seed=1)
+    assert buf.refill(new_x0, new_maskable) == 2
+    assert torch.equal(buf.x0[[1, 4]], new_x0[:2]) and torch.equal(buf.maskable[[1, 4]], new_maskable[:2])
+    assert torch.equal(buf.z[[1, 4]], torch.where(new_maskable[:2], MASK, new_x0[:2]))
+    assert torch.all(buf.h[[1, 4]] == 0)
+    keep = [0, 2, 3, 5]
+    assert torch.equal(buf.z[keep], z_before[keep]) and torch.equal(buf.h[keep], h_before[keep])
+    assert buf.refill(new_x0, new_maskable) == 0
+    state = {k: v.clone() for k, v in buf.state_dict().items()}
+    other = RolloutBuffer(6)
+    other.load_state_dict(state)
+    assert other.finished().tolist() == buf.finished().tolist() and torch.equal(other.h, buf.h)
+
+
+def test_staggered_buffer_starts_at_random_points():
+    x0, maskable = puzzle_batch(B=64)
+    buf = RolloutBuffer(64, init="staggered")
+    buf.refill(x0, maskable, torch.Generator().manual_seed(0))
+    masked = buf.z == MASK
+    assert not (masked & ~maskable).any()
+    revealed = ~masked & maskable
+    assert torch.equal(buf.z[revealed], x0[revealed])
+    frac = masked.sum(1).float() / maskable.sum(1).float()
+    assert frac.std() > 0.15 and 0.3 < frac.mean() < 0.7
+    with pytest.raises(ValueError, match="cold"):
+        RolloutBuffer(4, init="warm")
+
+
+def test_relay_layernorm_zero_init():
+    ln = RelayLayerNorm(8, zero_init=True)
+    assert torch.all(ln(torch.randn(3, 8)) == 0)
+    assert torch.all(RelayLayerNorm(8).weight == 1)
+
+
+def test_rollout_loss_input_errors():
+    x0, maskable = puzzle_batch()
+    with pytest.raises(ValueError, match="variant"):
+        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), variant="relay2")
+    with pytest.raises(ValueError, match="empty"):
+        rollout_loss(lambda z, h: None, RolloutBuffer(4))
+    with pytest.raises(ValueError, match="K must"):
+        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), K=0)
