@@ -1,0 +1,302 @@
+"""Tests of sample.py: the unmasking policy seen through decode, NFE accounting, relay carry, metrics, CLI.
+
+    python -m pytest tests/test_sample.py -q
+
+Most tests use scripted models (logits built from a rule, so confidences are exact and known);
+a few use a tiny real SudokuTransformer.
+"""
+import json
+import math
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import sample
+from model import ModelConfig, SudokuTransformer
+from sudoku import DIGIT0, MASK, count_violations_batch, digits_to_tokens, random_grid, tokens_to_digits
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def make_puzzles(n: int, seed: int = 0, blank: tuple[float, float] = (0.3, 0.7)):
+    """n random solved grids with a random fraction of cells blanked -> (questions, answers) token ids."""
+    rng = np.random.default_rng(seed)
+    qs, ans = [], []
+    for _ in range(n):
+        sol = random_grid(rng)
+        q = sol.copy()
+        q[rng.random(81) < rng.uniform(*blank)] = 0
+        qs.append(digits_to_tokens(q))
+        ans.append(digits_to_tokens(sol))
+    return torch.tensor(np.array(qs)), torch.tensor(np.array(ans))
+
+
+def logits_from(conf: torch.Tensor, digit: torch.Tensor) -> torch.Tensor:
+    """(B, 81) confidence and digit 1..9 -> (B, 81, 17) logits whose softmax max is exactly conf at that digit."""
+    probs = ((1 - conf) / 16)[..., None].expand(*conf.shape, 17).clone()
+    probs.scatter_(-1, (DIGIT0 + digit)[..., None], conf[..., None])
+    return probs.log()
+
+
+class Scripted(nn.Module):
+    """A stand-in model: rule(tokens, h) -> (conf, digit, h_out); records every call."""
+
+    def __init__(self, rule, relay: bool = False):
+        super().__init__()
+        self.rule, self.config, self.calls = rule, SimpleNamespace(relay=relay), []
+
+    def forward(self, tokens, h=None):
+        if h is not None and not self.config.relay:
+            raise ValueError("plain model got h")
+        self.calls.append((tokens.clone(), None if h is None else h.clone()))
+        conf, digit, h_out = self.rule(tokens, h)
+        return logits_from(conf.float(), digit.long()), h_out
+
+
+def fixed_rule(conf81, digits81):
+    """The same confidence and digit per cell at every step."""
+    def rule(tokens, h):
+        B = tokens.size(0)
+        return conf81.expand(B, 81), digits81.expand(B, 81), torch.zeros(B, 81, 2)
+    return rule
+
+
+def hashed_rule(tokens, h):
+    """Row-wise deterministic, varied confidences: depends only on the row's own board."""
+    i = torch.arange(81, dtype=torch.float64)
+    n_filled = (tokens != MASK).sum(1, keepdim=True).double()
+    frac = torch.frac(torch.sin(i * 12.9898 + n_filled * 78.233 + tokens.double() * 3.7).abs() * 43758.5453)
+    conf = 0.5 + 0.5 * frac  # in [0.5, 1)
+    digit = 1 + (torch.arange(81) + n_filled.long()) % 9
+    return conf, digit, torch.zeros(*tokens.shape, 2)
+
+
+class DigitsOnly(nn.Module):
+    """A tiny real model whose non-digit logits are pushed down, so decoding fills every cell."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+    def forward(self, tokens, h=None):
+        logits, h_out = self.model(tokens, h)
+        return logits.index_fill(-1, torch.arange(DIGIT0 + 1), -1e4), h_out
+
+
+def tiny(relay: bool, seed: int = 0) -> SudokuTransformer:
+    torch.manual_seed(seed)
+    return SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, dropout=0.0, relay=relay)).eval()
+
+
+def one_puzzle(n_blank_cells: list[int]):
+    sol = random_grid(np.random.default_rng(1))
+    q = sol.copy()
+    q[n_blank_cells] = 0
+    return torch.tensor(digits_to_tokens(q))[None], torch.tensor(digits_to_tokens(sol))[None], sol
+
+
+# ----------------------------------------------------------------------------- the policy through decode
+
+def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step():
+    q, a, sol = one_puzzle([3, 40, 77])
+    conf = torch.full((81,), 0.9)  # u = 0.1 each: 0.1 < 0.15 but 0.1 + 0.1 is not
+    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long)))
+    res = sample.decode(model, q, tau=0.15, record_boards=True)
+    assert res.nfe.tolist() == [3] and res.batch_nfe.tolist() == [4]
+    assert [int(c.sum()) for c in res.commits[0]] == [1, 1, 1]
+    assert torch.equal(res.pred, a)
+    # u = 0.1 x 3 = 0.3 < 0.35: all three in one forward
+    res = sample.decode(model, q, tau=0.35)
+    assert res.nfe.tolist() == [1] and torch.equal(res.pred, a)
+
+
+def test_nothing_qualifying_forces_the_most_confident_cell():
+    q, a, sol = one_puzzle([3, 40, 77])
+    conf = torch.full((81,), 0.99)
+    conf[3], conf[40], conf[77] = 0.5, 0.7, 0.6  # every u >= 0.3 > tau
+    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long)))
+    res = sample.decode(model, q, tau=0.15, record_boards=True)
+    order = [c.nonzero().flatten().tolist() for c in res.commits[0]]
+    assert order == [[40], [77], [3]]  # one cell per step, most confident first
+    assert res.nfe.tolist() == [3] and torch.equal(res.pred, a)
+
+
+def test_tau_zero_commits_one_cell_per_step():
+    q, _ = make_puzzles(3, seed=5)
+    res = sample.decode(Scripted(hashed_rule), q, tau=0.0)
+    assert torch.equal(res.nfe, (q == MASK).sum(1))
+
+
+# ----------------------------------------------------------------------------- NFE accounting, early exit, batching
+
+@pytest.mark.parametrize("make_model", [lambda: Scripted(hashed_rule), lambda: DigitsOnly(tiny(relay=True))])
+def test_early_exit_batching_and_invariants(make_model):
+    model = make_model()
+    q, _ = make_puzzles(10, seed=2)
+    ref = sample.decode(model, q, tau=0.3, batch_size=4, record_boards=True)
+    assert ref.nfe.min() < ref.nfe.max()  # puzzles finish at different steps: early exit matters
+    # the paper's count: 1 + the slowest puzzle of each batch of 4
+    for s in range(0, 10, 4):
+        assert (ref.batch_nfe[s:s + 4] == 1 + ref.nfe[s:s + 4].max()).all()
+    for kwargs in (dict(batch_size=4, early_exit=False), dict(batch_size=1), dict(batch_size=10), dict(batch_size=3)):
+        other = sample.decode(model, q, tau=0.3, record_boards=True, **kwargs)
+        assert torch.equal(other.pred, ref.pred), kwargs
+        assert torch.equal(other.nfe, ref.nfe), kwargs
+        assert torch.equal(other.violations_rollout, ref.violations_rollout), kwargs
+        for b1, b2 in zip(ref.boards, other.boards):
+            assert torch.equal(b1, b2), kwargs
+    # clues never change, committed cells never change, the boards and commit masks agree
+    for i in range(10):
+        prev = q[i]
+        assert len(ref.boards[i]) == ref.nfe[i]
+        for board, commit in zip(ref.boards[i], ref.commits[i]):
+            assert torch.equal(board[prev != MASK], prev[prev != MASK])
+            assert torch.equal(board != prev, commit & (board != MASK))
+            assert commit.any() and not commit[prev != MASK].any()
+            prev = board
+        assert torch.equal(prev, ref.pred[i])
+    assert (ref.pred != MASK).all()
+
+
+def test_early_exit_skips_forwards_on_finished_puzzles():
+    q, _ = make_puzzles(6, seed=3)
+    counted = {}
+    for early in (True, False):
+        model = Scripted(hashed_rule)
+        res = sample.decode(model, q, tau=0.3, batch_size=6, early_exit=early)
+        counted[early] = sum(t.size(0) for t, _ in model.calls)
+    assert counted[True] == res.nfe.sum()  # exactly one row-forward per puzzle step
+    assert counted[False] == 6 * (res.batch_nfe[0] - 1)  # every row on every loop iteration
+
+
+def test_max_steps_then_one_final_forward_fills_the_rest():
+    q, _ = make_puzzles(3, seed=4)
+    res = sample.decode(Scripted(hashed_rule), q, tau=0.0, max_steps=5, record_boards=True)
+    assert res.nfe.tolist() == [6, 6, 6] and res.batch_nfe.tolist() == [6, 6, 6]
+    assert (res.pred != MASK).all()
+    assert [int(c.sum()) for c in res.commits[0]][:5] == [1] * 5
+
+
+# ----------------------------------------------------------------------------- relay carry
+
+def test_relay_state_is_carried_row_by_row():
+    """h starts as None; each later call gets exactly the h_out of the same puzzle's previous forward."""
+    def rule(tokens, h):
+        B = tokens.size(0)
+        if h is None:  # first step: remember the question in the state, counter 0
+            h = torch.stack([tokens.double(), torch.zeros(B, 81, dtype=torch.float64)], -1)
+        else:  # the carried question must be this row's own puzzle: its clues are still on the board
+            clues = h[..., 0] != MASK
+            assert torch.equal(tokens[clues], h[..., 0].long()[clues]), "h came from another puzzle"
+        k = h[..., 1]  # forwards this puzzle had before this one
+        conf = torch.where(k >= 2, 1 - 1e-4, 0.5)  # two single-cell steps, then everything
+        h_out = torch.stack([h[..., 0], k + 1], -1)
+        return conf, 1 + torch.arange(81).expand(B, 81) % 9, h_out
+
+    q, _ = make_puzzles(7, seed=6)
+    n_blank = (q == MASK).sum(1)
+    for bs, early in ((7, True), (3, True), (3, False), (1, True)):
+        model = Scripted(rule, relay=True)
+        res = sample.decode(model, q, tau=0.15, batch_size=bs, early_exit=early)
+        assert torch.equal(res.nfe, n_blank.clamp(max=3)), (bs, early)
+        assert model.calls[0][1] is None
+    # without carry every step looks like the first: one cell per step
+    res = sample.decode(Scripted(rule, relay=True), q, tau=0.15, relay_carry=False)
+    assert torch.equal(res.nfe, n_blank)
+
+
+def test_zeroed_relay_layernorm_decodes_like_the_plain_model():
+    plain, relay = tiny(relay=False, seed=0), tiny(relay=True, seed=1)
+    missing, unexpected = relay.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("relay_norm") for k in missing)
+    with torch.no_grad():
+        relay.relay_norm.weight.zero_()
+        relay.relay_norm.bias.zero_()
+    q, _ = make_puzzles(6, seed=7)
+    a = sample.decode(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
+    b = sample.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
+    assert torch.equal(a.pred, b.pred) and torch.equal(a.nfe, b.nfe)
+    assert all(torch.equal(x, y) for x, y in zip(a.boards, b.boards))
+    # and a live relay does change the decode (the test above is not vacuous)
+    with torch.no_grad():
+        relay.relay_norm.weight.fill_(3.0)
+    c = sample.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4)
+    assert not (torch.equal(a.pred, c.pred) and torch.equal(a.nfe, c.nfe))
+
+
+def test_decode_restores_training_mode_and_rejects_bad_questions():
+    model = tiny(relay=True).train()
+    q, _ = make_puzzles(2)
+    sample.decode(DigitsOnly(model), q, tau=0.5)
+    assert model.training
+    with pytest.raises(ValueError, match="81"):
+        sample.decode(model, q[:, :80])
+    with pytest.raises(ValueError, match="MASK"):
+        sample.decode(model, q.clamp(max=3))
+    with pytest.raises(ValueError, match="integer"):
+        sample.decode(model, q.float())
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def test_count_violations_on_hand_made_boards_and_against_sudoku_py():
+    sol = random_grid(np.random.default_rng(0))
+    board = torch.tensor(digits_to_tokens(sol))[None]
+    assert sample.count_violations(board).tolist() == [0] and sample.is_legal(board).tolist() == [True]
+    two = board.clone()
+    two[0, 1] = two[0, 0]  # same row and box, different column: row +1, box +1, column 1 gets a 2nd copy: +1
+    assert sample.count_violations(two).tolist() == [3]
+    blank = board.clone()
+    blank[0, 5] = MASK
+    assert sample.count_violations(blank).tolist() == [0] and sample.is_legal(blank).tolist() == [False]
+    rng = np.random.default_rng(1)
+    digits = rng.integers(0, 10, size=(200, 81))
+    mine = sample.count_violations(torch.tensor(digits_to_tokens(digits))).numpy()
+    assert np.array_equal(mine, count_violations_batch(digits))
+
+
+def test_score_on_hand_made_boards():
+    q, a = make_puzzles(2, seed=8)
+    pred = a.clone()
+    blanks = (q[1] == MASK).nonzero().flatten()
+    wrong = blanks[:2]
+    pred[1, wrong] = DIGIT0 + torch.as_tensor(tokens_to_digits(a[1, wrong].numpy()) % 9 + 1)  # another digit
+    res = sample.DecodeResult(pred=pred, nfe=torch.tensor([2, 4]), batch_nfe=torch.tensor([5, 5]),
+                              violations_rollout=torch.tensor([1, 6]), cells_per_step=torch.tensor([10.0, 5.0]))
+    m = sample.score(q, a, res)
+    assert m["exact_match"] == 0.5
+    assert m["token_accuracy"] == pytest.approx((1 + (len(blanks) - 2) / len(blanks)) / 2)
+    assert m["legal_rate"] == 0.5
+    assert m["violations_final"] == pytest.approx(sample.count_violations(pred[1:]).item() / 2)
+    assert m["violations_final"] > 0
+    assert (m["mean_nfe"], m["batch_nfe"], m["violations_rollout"], m["cells_per_step"], m["n"]) == (3, 5, 3.5, 7.5, 2)
+    assert sample.score(q, None, res)["exact_match"] is None
+
+
+def test_violations_rollout_sums_the_boards_after_each_forward():
+    q, _ = make_puzzles(4, seed=9)
+    res = sample.decode(Scripted(hashed_rule), q, tau=0.3, record_boards=True)
+    for i in range(4):
+        assert res.violations_rollout[i] == sample.count_violations(res.boards[i]).sum()
+    assert res.violations_rollout.sum() > 0  # hashed_rule ignores Sudoku rules: it does make violations
+
+
+def test_table_and_plot(tmp_path):
+    def entry(obj, tied, seed, em):
+        m = {k: 1.0 for k in sample.METRIC_KEYS} | {"exact_match": em, "mean_nfe": 10 - 10 * em, "n": 5}
+        res = {sample.tau_key(t): m | {"exact_match": em + t} for t in sample.TAUS}
+        return {"path": f"{obj}{seed}", "config": {"objective": obj, "tie_embeddings": tied, "seed": seed},
+                "results": {"all": res}}
+    entries = [entry("mlm", False, 0, 0.1), entry("relay", False, 0, 0.4), entry("mlm", False, 1, 0.3)]
+    table = sample.format_table(entries, 0.15)
+    rows = [r for r in table.splitlines() if r.startswith("| MLM")]
+    assert len(rows) == 1 and "| 2 |" in rows[0]
+    em = [25.0, 45.0]  # (0.1 + 0.15, 0.3 + 0.15) in %
+    assert f"{np.mean(em):.2f} ± {np.std(em, ddof=1):.2f}" in rows[0]
+    assert "Relay" in table and "deduction" not in table
+    sample.plot_pareto(entries, str(tmp_path / "p.png"))
+    assert (tmp_path / "p.png").stat().st_size > 1000
