@@ -1,0 +1,11 @@
+# Table 1, Relay (sg): relay state carried, gradient stopped at every step, tied embeddings, at the paper's settings
+# (design note sudoku.md 1-3: xtiny model, batch 512, AdamW 5e-4, warmup 2000, clip 0.5, 300k steps, EMA 0.9999).
+# Three seeds: python train_sudoku.py config/relay_sg_tied.py --seed=2 --out_dir=out/relay_sg_tied_s2
+objective = "relay_sg"
+tie_embeddings = True
+out_dir = "out/relay_sg_tied"
+seed = 1
+batch_size = 512
+max_iters = 300_000
+eval_interval = 5000
+eval_puzzles = 51_200  # the authors validate on the first 100 batches x 512 of the test split
