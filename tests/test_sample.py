@@ -300,3 +300,89 @@ def test_table_and_plot(tmp_path):
     assert "Relay" in table and "deduction" not in table
     sample.plot_pareto(entries, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+# ----------------------------------------------------------------------------- command line
+
+def constant_checkpoint(path, digit: int = 5, conf: float = 0.9, objective: str = "mlm", seed: int = 0) -> str:
+    """A real SudokuTransformer checkpoint that predicts `digit` with confidence `conf` at every cell."""
+    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0, relay=objective.startswith("relay"))
+    model = SudokuTransformer(cfg)
+    logp = torch.full((17,), math.log((1 - conf) / 16))
+    logp[DIGIT0 + digit] = math.log(conf)
+    with torch.no_grad():  # final LayerNorm outputs its bias e_0 whatever the input; the head maps e_0 to logp
+        model.final_norm.weight.zero_()
+        model.final_norm.bias.zero_()
+        model.final_norm.bias[0] = 1.0
+        model.head.weight.zero_()
+        model.head.weight[:, 0] = logp
+    from dataclasses import asdict
+    torch.save({"model": model.state_dict(), "model_config": asdict(cfg), "ema": None,
+                "config": {"objective": objective, "tie_embeddings": False, "seed": seed}}, path)
+    return str(path)
+
+
+def puzzle_csv(path, n: int = 6) -> str:
+    q, a = make_puzzles(n, seed=11)
+    from sudoku import format_board
+    rows = ["question,answer"] + [f"{format_board(tokens_to_digits(x.numpy()))},{format_board(tokens_to_digits(y.numpy()))}"
+                                  for x, y in zip(q, a)]
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_cli_writes_json_table_plot_and_dump(tmp_path, capsys):
+    ckpts = [constant_checkpoint(tmp_path / f"{o}{s}.pt", objective=o, seed=s) for o in ("mlm", "relay") for s in (0, 1)]
+    data = puzzle_csv(tmp_path / "p.csv")
+    out, dump, plot = tmp_path / "r.json", tmp_path / "d.jsonl", tmp_path / "p.png"
+    sample.main([f"--ckpt={','.join(ckpts)}", f"--data={data}", "--n=4", "--taus=0.05,0.3", "--tau=0.15",
+                 f"--out={out}", f"--dump={dump}", f"--plot={plot}", "--table", "--batch_size=3"])
+    res = json.loads(out.read_text())
+    assert [e["path"] for e in res["checkpoints"]] == ckpts
+    for e in res["checkpoints"]:
+        assert e["config"]["objective"] in ("mlm", "relay")
+        assert set(e["results"]) == {"all"} and set(e["results"]["all"]) == {"0.05", "0.15", "0.30"}
+        for m in e["results"]["all"].values():
+            assert set(sample.METRIC_KEYS) <= set(m) and m["n"] == 4
+    lines = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert len(lines) == 4 * 4 and {x["tau"] for x in lines} == {0.15}
+    first = lines[0]
+    assert len(first["prediction"]) == 81 and len(first["boards"]) == first["nfe"] and first["boards"][-1] == first["prediction"]
+    assert first["question"] == open(data).read().splitlines()[1].split(",")[0]
+    assert plot.stat().st_size > 1000
+    table = capsys.readouterr().out
+    assert "| MLM | untied | 2 |" in table and "| Relay | untied | 2 |" in table
+
+
+def test_cli_puzzle_prints_the_board_filling_in(tmp_path, capsys):
+    ckpt = constant_checkpoint(tmp_path / "c.pt", digit=5, conf=0.9)
+    sol = random_grid(np.random.default_rng(3))
+    fives = np.flatnonzero(sol == 5)[:3]
+    q = sol.copy()
+    q[fives] = 0
+    from sudoku import format_board
+    sample.main([f"--ckpt={ckpt}", f"--puzzle={format_board(q)}"])
+    out = capsys.readouterr().out
+    assert out.count("cell committed") == 3 and "forward 4" not in out
+    assert "legal: a solution" in out and "unique solution, so this is it" in out
+    q[np.flatnonzero(sol == 7)[0]] = 0  # the model writes 5 where 7 belongs
+    sample.main([f"--ckpt={ckpt}", f"--puzzle={format_board(q)}"])
+    assert "NOT legal" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ckpt={tmp}/missing.pt"], "no checkpoint"),
+    (["--ckpt={tmp}/junk.pt"], "cannot read"),
+    (["--ckpt={ckpt}", "--puzzle=12345"], "--puzzle: wrong length"),
+    (["--ckpt={ckpt}", "--puzzle=" + "11" + "." * 79], "repeat a digit"),
+    (["--ckpt={ckpt}", "--data={data}", "--cohort=deduction_only"], "strategies_used"),
+    (["--ckpt={ckpt}", "--data={data}", "--cohort=hard"], "unknown cohort"),
+    (["--ckpt={ckpt}", "--data={tmp}/nope.csv"], "no split or file"),
+])
+def test_cli_bad_input_gives_one_line(tmp_path, args, message):
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    fill = dict(tmp=tmp_path, ckpt=constant_checkpoint(tmp_path / "c.pt"), data=puzzle_csv(tmp_path / "p.csv"))
+    with pytest.raises(SystemExit) as e:
+        sample.main([a.format(**fill) for a in args])
+    text = str(e.value.code)
+    assert message in text and "\n" not in text
