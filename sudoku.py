@@ -107,14 +107,19 @@ def pretty_board(digits, highlight: set[int] | None = None) -> str:
 # -----------------------------------------------------------------------------
 # legality and violations
 
+_POPCOUNT10 = np.array([bin(m).count("1") for m in range(1024)], dtype=np.int64)
+
+
 def count_violations_batch(digits: np.ndarray) -> np.ndarray:
     """(N, 81) digits -> (N,) sum over the 27 units of (#filled - #distinct filled)."""
     digits = _as_board(digits)
     if digits.ndim != 2:
         raise ValueError(f"count_violations_batch expects shape (N, 81), got {digits.shape}")
-    units = digits[:, UNITS]  # (N, 27, 9)
-    counts = (units[..., None] == np.arange(1, 10)).sum(axis=2)  # (N, 27, 9) occurrences of each digit
-    return np.maximum(counts - 1, 0).sum(axis=(1, 2))
+    units = digits.astype(np.int16)[:, UNITS]  # (N, 27, 9)
+    bits = np.where(units > 0, np.left_shift(1, units), 0)  # digit d -> bit d, blank -> nothing
+    distinct = _POPCOUNT10[np.bitwise_or.reduce(bits, axis=2)]  # (N, 27)
+    filled = (units > 0).sum(axis=2)
+    return (filled - distinct).sum(axis=1)
 
 
 def count_violations(digits):
@@ -254,6 +259,17 @@ def _to_digits(cand: list[int]) -> np.ndarray:
     return np.array([_DIGIT[m] for m in cand], dtype=np.int8)
 
 
+def analyse(digits) -> tuple[int, np.ndarray | None, int]:
+    """(number of solutions, counting stops at 2; the first solution or None; backtracks of the search)."""
+    cand = _initial(_as_board(digits).reshape(N_CELLS))
+    if cand is None:
+        return 0, None, 0
+    out: list = []
+    stats = [0]
+    n = _search(cand, 2, out, stats)
+    return n, (_to_digits(out[0]) if out else None), stats[0]
+
+
 def count_solutions(digits, limit: int = 2) -> int:
     """Number of solutions of the puzzle, counting stops at `limit` (so 2 means 'several')."""
     cand = _initial(_as_board(digits).reshape(N_CELLS))
@@ -273,12 +289,11 @@ def solve(digits) -> np.ndarray | None:
 
 
 def rate(digits) -> int:
-    """Difficulty: backtracks of this solver when proving the solution unique (0 = solved by singles alone)."""
-    cand = _initial(_as_board(digits).reshape(N_CELLS))
-    stats = [0]
-    if cand is not None:
-        _search(cand, 2, [], stats)
-    return stats[0]
+    """Difficulty: backtracks of this solver while proving the solution unique (0 = singles alone solve it).
+
+    Same idea as the tdoku backtrack count in Sudoku-Extreme's `rating`, but not the same scale.
+    """
+    return analyse(digits)[2]
 
 
 # -----------------------------------------------------------------------------
