@@ -310,6 +310,10 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
+    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
+    if cfg.resume and not os.path.exists(ckpt_path):
+        raise SystemExit(f"resume=True but there is no {ckpt_path}; drop --resume to start a new run")
+
     # data
     train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
     x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
@@ -321,11 +325,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         val_q = None
 
     # model, optimizer, state
-    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     resume = None
     if cfg.resume:
-        if not os.path.exists(ckpt_path):
-            raise SystemExit(f"resume=True but there is no {ckpt_path}; drop --resume to start a new run")
         resume = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         saved = resume["config"]
         for key in ("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "batch_size", "seed", "K"):

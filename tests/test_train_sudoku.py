@@ -1,0 +1,209 @@
+import glob
+import os
+import types
+
+import numpy as np
+import pytest
+import torch
+
+import train_sudoku as ts
+from configurator import load_config
+from model import SudokuTransformer, load_model
+from sudoku import digits_to_tokens
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--eval_puzzles=16",
+        "--log_interval=1", "--device=cpu", "--warmup_iters=2", "--learning_rate=3e-3"]
+
+
+def random_grids(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Valid solved grids: a pattern grid with shuffled digits, rows within bands, bands, columns, stacks."""
+    r = np.arange(9)
+    base = (r[:, None] * 3 + r[:, None] // 3 + r[None, :]) % 9
+    out = []
+    for _ in range(n):
+        rows = np.concatenate([b * 3 + rng.permutation(3) for b in rng.permutation(3)])
+        cols = np.concatenate([b * 3 + rng.permutation(3) for b in rng.permutation(3)])
+        out.append((rng.permutation(9) + 1)[base[rows][:, cols]].reshape(81))
+    return np.stack(out)
+
+
+def puzzles(n: int, clues: tuple[int, int], seed: int) -> types.SimpleNamespace:
+    """Tiny data with prepare_data.load_puzzles' interface (.question/.answer token arrays)."""
+    rng = np.random.default_rng(seed)
+    solution = random_grids(n, rng)
+    question = solution.copy()
+    for row in question:
+        row[rng.permutation(81)[: 81 - rng.integers(clues[0], clues[1] + 1)]] = 0
+    return types.SimpleNamespace(question=digits_to_tokens(question), answer=digits_to_tokens(solution))
+
+
+TRAIN, VAL = puzzles(96, (30, 44), 0), puzzles(16, (30, 44), 1)
+
+
+def run(tmp, *args, train=TRAIN, val=VAL) -> dict:
+    cfg = load_config(ts.TrainConfig, TINY + [f"--out_dir={tmp}", *args])
+    ts.train(cfg, train, val)
+    return torch.load(os.path.join(tmp, "ckpt.pt"), weights_only=True)
+
+
+CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "config", "*.py")) if not os.path.basename(p).startswith("fastdllm_"))
+PAPER = {"mlm": 7_105_536, "rollout": 7_105_536, "relay_sg": 7_106_304, "relay": 7_106_304}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_every_config_loads_and_builds_its_model(path):
+    cfg = load_config(ts.TrainConfig, [path])
+    ts.check_config(cfg)
+    model = SudokuTransformer(ts.model_config(cfg))
+    name = os.path.basename(path)
+    if not name.startswith("cpu_"):  # the eight Table-1 runs: the paper's exact model and settings
+        expected = PAPER[cfg.objective] - (6_528 if cfg.tie_embeddings else 0)
+        assert model.num_params() == expected
+        assert name == f"{cfg.objective}_{'tied' if cfg.tie_embeddings else 'untied'}.py"
+        assert (cfg.batch_size, cfg.max_iters, cfg.learning_rate, cfg.warmup_iters, cfg.grad_clip, cfg.K) == (
+            512, 300_000, 5e-4, 2000, 0.5, 2)
+    assert model.config.relay == (cfg.objective in ("relay", "relay_sg"))
+    assert len(CONFIGS) >= 12
+
+
+def test_weight_decay_groups_and_schedule():
+    model = SudokuTransformer(ts.model_config(load_config(ts.TrainConfig, ["--objective=relay"])))
+    decay, no_decay = ts.optimizer_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for p in no_decay["params"]} == {
+        n for n in names.values() if "bias" in n or "norm" in n} and "relay_norm.weight" in {
+        names[id(p)] for p in no_decay["params"]}
+    assert all(p.dim() == 2 for p in decay["params"]) and decay["weight_decay"] == 0.01
+    cfg = ts.TrainConfig(learning_rate=1.0, warmup_iters=4)
+    assert [ts.lr_at(i, cfg) for i in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+
+
+def test_ema_warmup_matches_torch_ema_formula():
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(0.0)
+    ema = ts.EMA(model, 0.9999)
+    expected = 0.0
+    for n, value in enumerate([1.0, 2.0, 3.0], start=1):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        ema.update(model)
+        d = min(0.9999, (1 + n) / (10 + n))
+        expected = d * expected + (1 - d) * value
+        assert abs(ema.shadow["weight"][0, 0].item() - expected) < 1e-6
+
+
+@pytest.mark.parametrize("objective,extra", [("mlm", []), ("relay", []), ("rollout", ["--buffer_init=staggered"])])
+def test_resume_equals_uninterrupted_run(tmp_path, objective, extra):
+    args = [f"--objective={objective}", "--dropout=0.1", "--eval_interval=0", *extra]
+    full = run(tmp_path / "full", *args, "--max_iters=6")
+    run(tmp_path / "cut", *args, "--max_iters=3")
+    resumed = run(tmp_path / "cut", *args, "--max_iters=6", "--resume=True")
+    assert resumed["step"] == full["step"] == 6 and resumed["data_pos"] == full["data_pos"]
+    for key in full["model"]:
+        assert torch.equal(full["model"][key], resumed["model"][key]), key
+    for key in full["ema"]["shadow"]:
+        assert torch.equal(full["ema"]["shadow"][key], resumed["ema"]["shadow"][key]), key
+    if objective != "mlm":
+        a, b = full["rank_state"][0]["buffer"], resumed["rank_state"][0]["buffer"]
+        assert torch.equal(a["z"], b["z"]) and (a["h"] is None or torch.equal(a["h"], b["h"]))
+    # the sampler's loader reads these checkpoints
+    model, config = load_model(str(tmp_path / "full"))
+    assert config["objective"] == objective and "tie_embeddings" in config and config["seed"] == 1
+    assert model.config.relay == (objective == "relay")
+
+
+def test_init_from_adds_zero_relay_and_reproduces_parent(tmp_path):
+    run(tmp_path / "mlm", "--objective=mlm", "--max_iters=3", "--eval_interval=0")
+    parent, _ = load_model(str(tmp_path / "mlm"))  # EMA weights, as init_from_ema=True takes
+    cfg = load_config(ts.TrainConfig, TINY + ["--objective=relay", f"--init_from={tmp_path / 'mlm'}"])
+    child = SudokuTransformer(ts.model_config(cfg))
+    info = ts.load_parent(cfg, child)
+    assert info["relay_added"] and info["ema"]
+    child.eval()
+    x = torch.as_tensor(VAL.question)
+    ref_logits, ref_h = parent(x)
+    for h in (None, torch.randn(16, 81, 32)):
+        logits, h_out = child(x, h)
+        assert torch.equal(logits, ref_logits) and torch.equal(h_out, ref_h)
+    # a short relay run from it records its parent and starts a fresh optimizer
+    ckpt = run(tmp_path / "relay", "--objective=relay", f"--init_from={tmp_path / 'mlm'}", "--max_iters=2",
+               "--eval_interval=0")
+    assert ckpt["config"]["parent"]["config"]["objective"] == "mlm"
+    assert ckpt["config"]["parent"]["path"].endswith("ckpt.pt") and ckpt["config"]["parent"]["step"] == 3
+    assert all(s["step"].item() == 2 for s in ckpt["optimizer"]["state"].values())
+    assert ckpt["model"]["relay_norm.weight"].abs().sum() > 0  # the relay starts learning
+
+
+def test_init_from_relay_keeps_learned_relay(tmp_path):
+    run(tmp_path / "relay", "--objective=relay", "--max_iters=2", "--eval_interval=0")
+    parent = torch.load(tmp_path / "relay" / "ckpt.pt", weights_only=True)
+    cfg = load_config(ts.TrainConfig, TINY + ["--objective=relay_sg", f"--init_from={tmp_path / 'relay'}",
+                                              "--init_from_ema=False"])
+    child = SudokuTransformer(ts.model_config(cfg))
+    assert not ts.load_parent(cfg, child)["relay_added"]
+    for key, value in parent["model"].items():
+        assert torch.equal(child.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("override,message", [("--tie_embeddings=True", "tie_embeddings"), ("--n_embd=64", "n_embd"),
+                                              ("--objective=mlm", "relay LayerNorm")])
+def test_init_from_mismatch_is_one_line_error(tmp_path, override, message):
+    run(tmp_path / "p", "--objective=relay", "--max_iters=1", "--eval_interval=0")
+    cfg = load_config(ts.TrainConfig, TINY + ["--objective=relay", f"--init_from={tmp_path / 'p'}", override])
+    with pytest.raises(SystemExit, match=message) as e:
+        ts.load_parent(cfg, SudokuTransformer(ts.model_config(cfg)))
+    assert "\n" not in str(e.value)
+    with pytest.raises(SystemExit, match="not a readable"):
+        cfg = load_config(ts.TrainConfig, TINY + [f"--init_from={tmp_path / 'nothing.pt'}"])
+        ts.load_parent(cfg, SudokuTransformer(ts.model_config(cfg)))
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(SystemExit, match="objective must be one of"):
+        ts.main(["--objective=mdm"])
+    with pytest.raises(SystemExit, match="unknown config key"):
+        ts.main(["--learning_rat=1e-3"])
+    with pytest.raises(SystemExit, match="prepare_data"):
+        ts.main(TINY + [f"--data_dir={tmp_path / 'none'}", f"--out_dir={tmp_path / 'o'}"])
+    with pytest.raises(SystemExit, match="no .*ckpt.pt"):
+        ts.main(TINY + ["--resume=True", f"--out_dir={tmp_path / 'o'}"])
+
+
+def _ddp_worker(rank: int, world: int, port: int, args: list, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    cfg = load_config(ts.TrainConfig, TINY + [f"--out_dir={out}", *args])
+    ts.train(cfg, TRAIN, VAL)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["mlm", "relay"])
+def test_two_process_ddp_matches_single_process(tmp_path, objective):
+    import socket
+    import torch.multiprocessing as mp
+    args = [f"--objective={objective}", "--max_iters=3", "--eval_interval=0", "--dropout=0.0"]
+    single = run(tmp_path / "single", *args)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(2, port, args, str(tmp_path / "ddp")), nprocs=2)
+    ddp = torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=True)
+    assert len(ddp["rank_state"]) == 2
+    for key in single["model"]:
+        torch.testing.assert_close(ddp["model"][key], single["model"][key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["mlm", "relay"])
+def test_tiny_model_learns_easy_sudoku(tmp_path, objective):
+    # puzzles with 60-70 clues: a 2-layer model learns the row/column/box constraints in a few hundred steps
+    train, val = puzzles(4000, (60, 70), 2), puzzles(200, (60, 70), 3)
+    args = [f"--objective={objective}", "--n_layer=3", "--n_head=4", "--n_embd=64", "--d_ff=256", "--batch_size=64",
+            "--max_iters=400", "--eval_interval=0", "--eval_puzzles=200", "--log_interval=100", "--dropout=0.0",
+            "--warmup_iters=20", "--ema_decay=0.0"]
+    ckpt = run(tmp_path, *args, train=train, val=val)
+    assert ckpt["metrics"]["exact"] > 0.5, ckpt["metrics"]
