@@ -18,7 +18,7 @@ attention mask and its KV cache; this file adds what the library cannot express:
 import json
 import os
 import warnings
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -105,8 +105,7 @@ def shift_hidden(h: torch.Tensor) -> torch.Tensor:
 # -----------------------------------------------------------------------------
 
 
-@dataclass
-class FastDLLMOutput:
+class FastDLLMOutput(NamedTuple):  # a NamedTuple, so DeepSpeed ZeRO-3 can see the output tensors
     logits: torch.Tensor  # (B, L, V), unshifted
     hidden: torch.Tensor  # (B, L, d) relay readout h_s (after the final RMSNorm when relay_layer = -1)
     past_key_values: DynamicCache | None = None

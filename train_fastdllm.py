@@ -1,0 +1,439 @@
+"""Adapt Fast-dLLM v2 with vanilla SFT, Rollout, Relay (sg) or Relay (paper Sec. 4.2, Table 2).
+
+Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from prepare_data.py --task=sft):
+    torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py
+    torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py --resume=True
+Tiny random Qwen2 on CPU (2 gloo processes; DeepSpeed's CPU accelerator runs ZeRO-3 here too):
+    torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_tiny.py --objective=relay
+    python train_fastdllm.py config/fastdllm_tiny.py --deepspeed=            # one process, no DeepSpeed
+
+Objectives (design note fastdllm_v2.md):
+  sft       the Fast-dLLM v2 objective: doubled [x_t || x_0] input, one noise level per 32-token
+            block, complementary masks, token-shift CE, token mean over response tokens (Sec. 2)
+  rollout   K=2 on-policy rollout with teacher forcing from a streaming buffer, no relay
+  relay_sg  the same with the relay state passed between the two forwards but detached
+  relay     the same with backpropagation through the relay (truncated BPTT, K=2) (Sec. 4.2)
+Outputs: out_dir/ckpt-<iter>/ (config.json + model.safetensors + tokenizer, loadable with
+fastdllm_model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
+optimizer, step, per-rank RNG, data position and rollout buffer for --resume=True.
+"""
+import math
+import os
+import random
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from configurator import ConfigError, config_to_dict, load_config, print_config
+from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
+from fastdllm_model import (HUB_ID, FastDLLM, bd_training_mask, load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer,
+                            save_fastdllm, shift_hidden, shift_logits)
+from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
+
+OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
+
+
+@dataclass
+class Config:
+    # I/O
+    out_dir: str = "out/fastdllm"
+    init_from: str = HUB_ID  # checkpoint dir, hub id, or "tiny" (random 2-layer Qwen2, CPU tests)
+    data: str = "data/sft/train.jsonl"  # prepare_data.py --task=sft output, or "toy" (synthetic chats)
+    resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
+    save_interval: int = 200  # optimizer steps between checkpoints (the paper reports checkpoint-200); 0 = end only
+    log_interval: int = 1
+    # objective
+    objective: str = "relay"  # sft | rollout | relay_sg | relay
+    K: int = 2  # rollout forwards per micro-step (gradients span all K; paper: 2)
+    threshold: float = 0.85  # training policy: commit conf > threshold plus each block's argmax
+    bd_size: int = 32  # block size; must match the checkpoint's bd_size (used to build the tiny model)
+    max_length: int = 2048  # tokens per conversation after left truncation
+    # optimisation (HF Trainer defaults of the authors' runs: AdamW, no weight decay)
+    batch_size: int = 2  # per device
+    gradient_accumulation_steps: int = 16  # per device
+    # Sequences per optimizer step = batch_size * gradient_accumulation_steps * world size. The authors'
+    # launcher ran 2 x 16 x 2 GPUs = 64; the paper text says 32. Checked at start; 0 = no check.
+    effective_batch: int = 64
+    max_iters: int = 200  # optimizer steps to run (the reported models are checkpoint-200)
+    lr_decay_iters: int = 2811  # cosine length: 3 epochs of 60k rows at 64 per step, as in the authors' schedule
+    warmup_iters: int = 85  # ceil(0.03 * 2811)
+    learning_rate: float = 5e-6
+    min_lr: float = 0.0
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 = off
+    # system
+    device: str = "auto"  # auto | cuda | cpu
+    dtype: str = "bfloat16"  # bfloat16 | float32
+    gradient_checkpointing: bool = True
+    deepspeed: str = "zero3"  # "" = plain DDP / single process; "zero3" = ZeRO-3 config built from these keys; or a JSON path
+    zero_persistence_threshold: int = 100_000  # params smaller than this stay whole (0 shards everything, for tiny models)
+    seed: int = 42
+
+
+# -----------------------------------------------------------------------------
+# objectives
+
+
+def sft_noise(x0: torch.Tensor, maskable: torch.Tensor, bd_size: int, mask_id: int,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fast-dLLM v2 noising with its complementary copy (design note 2.2).
+
+    One t ~ U(0, 1) per bd_size block, p = (1 - 1e-3) t + 1e-3, each token masked with probability p,
+    but only response tokens (maskable); the second copy masks exactly the other response tokens,
+    so every response token is supervised once. Returns z (2B, L) and supervised (2B, L) bool."""
+    B, L = x0.shape
+    t = torch.rand(B, L // bd_size, generator=generator).to(x0.device)
+    p = ((1 - 1e-3) * t + 1e-3).repeat_interleave(bd_size, dim=1)  # (B, L)
+    m = torch.rand(B, L, generator=generator).to(x0.device) < p
+    sup = torch.cat([m & maskable, ~m & maskable])  # (2B, L)
+    x0x2 = torch.cat([x0, x0])
+    return torch.where(sup, torch.full_like(x0x2, mask_id), x0x2), sup
+
+
+def doubled_forward(model, z: torch.Tensor, x0: torch.Tensor, relay_h: torch.Tensor | None, bd_size: int):
+    """Forward on [z || x0] with the training block mask; both halves use RoPE positions 0..L-1
+    (design note 2.3). Returns the x_t half's output only."""
+    L = z.shape[1]
+    mask = bd_training_mask(L, bd_size, z.device)
+    pos = torch.arange(L, device=z.device).repeat(2)[None]
+    return model(torch.cat([z, x0], dim=1), relay_h=relay_h, attention_mask=mask, position_ids=pos, n_keep=L)
+
+
+def sft_loss(model, x0: torch.Tensor, maskable: torch.Tensor, bd_size: int, mask_id: int,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+    """Summed token-shift CE over the supervised tokens of both complementary copies.
+
+    The caller divides by the window's response-token count: the authors' ForCausalLMLoss sums
+    and divides by num_items_in_batch (a token mean over the accumulation window, no 1/t weight)."""
+    z, sup = sft_noise(x0, maskable, bd_size, mask_id, generator)
+    out = doubled_forward(model, z, torch.cat([x0, x0]), None, bd_size)
+    logits = shift_logits(out.logits)  # position i now holds the prediction of token i
+    return F.cross_entropy(logits[sup].float(), torch.cat([x0, x0])[sup], reduction="sum")
+
+
+def make_step_fn(model, buffer: RolloutBuffer, bd_size: int, hidden_size: int, use_relay: bool):
+    """relay.rollout_loss's step_fn: (z, h) -> (logits, h_out), both aligned so position i belongs to token i.
+
+    A fresh slot has h = None or 0; like the authors we still inject LN(0) = beta at its masks in the
+    relay variants (design note 5.5), while `rollout` never passes h."""
+    def step_fn(z, h):
+        if use_relay and h is None:
+            h = torch.zeros(*z.shape, hidden_size, device=z.device)
+        out = doubled_forward(model, z, buffer.x0, h, bd_size)
+        return shift_logits(out.logits), shift_hidden(out.hidden)
+    return step_fn
+
+
+# -----------------------------------------------------------------------------
+# data: a per-rank view of a seeded permutation per epoch, so every rank sees different rows
+
+
+class Batches:
+    def __init__(self, rows: list, batch_size: int, rank: int, world: int, seed: int):
+        if len(rows) < batch_size * world:
+            raise ValueError(f"{len(rows)} training rows are fewer than one batch per rank ({batch_size} x {world})")
+        self.rows, self.bs, self.rank, self.world, self.seed = rows, batch_size, rank, world, seed
+        self.epoch, self.pos = 0, 0
+        self._order()
+
+    def _order(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        perm = torch.randperm(len(self.rows), generator=g).tolist()
+        n = len(perm) // self.world
+        self.mine = perm[self.rank * n:(self.rank + 1) * n]
+
+    def next(self) -> list:
+        if self.pos + self.bs > len(self.mine):
+            self.epoch, self.pos = self.epoch + 1, 0
+            self._order()
+        batch = [self.rows[i] for i in self.mine[self.pos:self.pos + self.bs]]
+        self.pos += self.bs
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.epoch, self.pos = s["epoch"], s["pos"]
+        self._order()
+
+
+def get_lr(it: int, cfg: Config) -> float:
+    """Linear warmup then cosine to min_lr, as HF's cosine schedule (step 0 of a warmup has lr 0)."""
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * it / cfg.warmup_iters
+    progress = min(1.0, (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters))
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+
+
+def deepspeed_config(cfg: Config, grad_accum: int) -> dict:
+    if cfg.deepspeed == "zero3":
+        ds = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                                    "stage3_param_persistence_threshold": cfg.zero_persistence_threshold}}
+    else:
+        import json
+        with open(cfg.deepspeed) as f:
+            ds = json.load(f)
+    # keys the run owns; "auto" entries of HF-style configs resolve to these
+    ds.update(train_micro_batch_size_per_gpu=cfg.batch_size, gradient_accumulation_steps=grad_accum,
+              gradient_clipping=cfg.grad_clip, steps_per_print=10 ** 9, wall_clock_breakdown=False)
+    ds.pop("train_batch_size", None)
+    ds["bf16"] = {"enabled": cfg.dtype == "bfloat16"}
+    ds.pop("fp16", None)
+    ds.pop("optimizer", None)  # torch AdamW is passed in (DeepSpeed's fused/CPU Adam JIT-compiles ops)
+    ds.pop("scheduler", None)  # the lr is set by get_lr every step
+    return ds
+
+
+# -----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cfg = load_config(Config, argv)
+    except ConfigError as e:
+        raise SystemExit(f"train_fastdllm.py: {e}")
+    if cfg.objective not in OBJECTIVES:
+        raise SystemExit(f"train_fastdllm.py: objective must be one of {OBJECTIVES}, got {cfg.objective!r}")
+    if cfg.dtype not in ("bfloat16", "float32"):
+        raise SystemExit(f"train_fastdllm.py: dtype must be bfloat16 or float32, got {cfg.dtype!r}")
+    if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
+        raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    use_ds = bool(cfg.deepspeed)
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+
+    # ---- processes
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    if use_ds:
+        if device == "cpu":
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed
+        deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo", verbose=False)
+    elif world > 1:
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    master = rank == 0
+    grad_accum = cfg.gradient_accumulation_steps
+    if cfg.effective_batch and cfg.batch_size * grad_accum * world != cfg.effective_batch:
+        raise SystemExit(f"train_fastdllm.py: batch_size {cfg.batch_size} x gradient_accumulation_steps {grad_accum} x "
+                         f"{world} processes = {cfg.batch_size * grad_accum * world} sequences per step, but effective_batch="
+                         f"{cfg.effective_batch}; change one of them (or --effective_batch=0 to skip this check)")
+    if master:
+        print_config(cfg)
+        print(f"world {world}, device {device}, {'DeepSpeed ZeRO-3' if use_ds else 'DDP' if world > 1 else 'single process'}, "
+              f"{cfg.batch_size * grad_accum * world} sequences per optimizer step")
+    torch.manual_seed(cfg.seed + rank)
+    random.seed(cfg.seed + rank)
+    noise_gen = torch.Generator().manual_seed(cfg.seed + 1000 + rank)  # SFT masks, per rank
+
+    # ---- model
+    use_relay = cfg.objective in ("relay_sg", "relay")
+    try:
+        if cfg.init_from == "tiny":
+            model, tokenizer = make_tiny_fastdllm(use_relay=use_relay, seed=cfg.seed, bd_size=cfg.bd_size), make_tiny_tokenizer()
+        else:
+            model, tokenizer = load_fastdllm(cfg.init_from, use_relay=use_relay, dtype=torch.float32)
+    except ValueError as e:
+        raise SystemExit(f"train_fastdllm.py: {e}")
+    if model.config.bd_size != cfg.bd_size:
+        raise SystemExit(f"train_fastdllm.py: the checkpoint's bd_size is {model.config.bd_size} but bd_size={cfg.bd_size}")
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    # DeepSpeed bf16 keeps fp32 master weights itself; without DeepSpeed the weights stay fp32 and
+    # bf16 autocast runs the matmuls
+    if use_ds and cfg.dtype == "bfloat16":
+        model.to(torch.bfloat16)
+    model.to(device)
+    autocast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if (not use_ds and cfg.dtype == "bfloat16")
+                else torch.autocast("cpu", enabled=False))
+    n_params = sum(p.numel() for p in model.parameters())
+    if master:
+        print(f"{n_params / 1e6:.2f}M parameters, relay LayerNorm: {'yes' if model.relay_layer_norm is not None else 'no'}")
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps,
+                                  weight_decay=cfg.weight_decay)
+    if use_ds:
+        engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(cfg, grad_accum))
+        fwd = engine
+        # proof of sharding: outside a forward each ZeRO-3 rank holds only its slice of every parameter
+        local = torch.tensor([sum(p.ds_tensor.numel() for p in model.parameters())], dtype=torch.long)
+        held = [torch.zeros_like(local) for _ in range(world)]
+        dist.all_gather(held, local)
+        if master:
+            print(f"ZeRO-3 parameter elements held per rank: {[int(h) for h in held]} of {n_params} "
+                  f"(whole tensors left on the ranks: {sum(p.data.numel() for p in model.parameters())})")
+    elif world > 1:
+        fwd = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.startswith("cuda") else None)
+    else:
+        fwd = model
+    relay_params = list(model.relay_layer_norm.parameters()) if model.relay_layer_norm is not None else []
+
+    # ---- data
+    try:
+        convs = toy_conversations(512, seed=0) if cfg.data == "toy" else read_jsonl(cfg.data)
+    except FileNotFoundError:
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python prepare_data.py --task=sft` first (or --data=toy)")
+    except ValueError as e:
+        raise SystemExit(f"train_fastdllm.py: {e}")
+    from tqdm import tqdm
+    rows = [tokenize_conversation(tokenizer, m, cfg.max_length) for m in tqdm(convs, desc="tokenise", disable=not master)]
+    rows = [r for r in rows if any(r[1])]  # left truncation can cut away a whole answer
+    try:
+        batches = Batches(rows, cfg.batch_size, rank, world, cfg.seed)
+    except ValueError as e:
+        raise SystemExit(f"train_fastdllm.py: {e}")
+    pad_id = tokenizer.pad_token_id
+    mask_id = model.config.mask_token_id
+    buffer = RolloutBuffer(cfg.batch_size, mask_id=mask_id) if cfg.objective != "sft" else None
+    policy = partial(block_confidence_unmask, threshold=cfg.threshold, block_size=cfg.bd_size)
+
+    # One length for the whole run (the longest row, as a multiple of bd_size): the rollout buffer keeps
+    # rows across steps. The authors pad to 2048; blocks made only of padding change no loss.
+    seq_len = max(len(ids) for ids, _ in rows)
+
+    def next_batch():
+        x0, maskable = collate(batches.next(), pad_id, cfg.bd_size, seq_len)
+        return x0.to(device), maskable.to(device)
+
+    # ---- resume
+    iter_num = 0
+    resume_dir = os.path.join(cfg.out_dir, "resume")
+    if cfg.resume:
+        if not os.path.isdir(resume_dir):
+            raise SystemExit(f"train_fastdllm.py: --resume=True but {resume_dir} does not exist")
+        if use_ds:
+            _, client = engine.load_checkpoint(resume_dir, tag="state")
+            iter_num = client["iter_num"]
+        else:
+            state = torch.load(os.path.join(resume_dir, "state.pt"), map_location=device, weights_only=False)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            iter_num = state["iter_num"]
+        mine = torch.load(os.path.join(resume_dir, f"rank{rank}.pt"), weights_only=False)
+        if mine["world"] != world:
+            raise SystemExit(f"train_fastdllm.py: the checkpoint was written by {mine['world']} processes, this run has {world}")
+        torch.set_rng_state(mine["torch_rng"])
+        noise_gen.set_state(mine["noise_rng"])
+        batches.load_state_dict(mine["data"])
+        if buffer is not None and mine["buffer"] is not None:
+            buffer.load_state_dict({k: (v.to(device) if v is not None else None) for k, v in mine["buffer"].items()})
+        if master:
+            print(f"resumed from {resume_dir} at step {iter_num}")
+
+    def save(it: int) -> None:
+        # loadable model in the released layout
+        sd = engine._zero3_consolidated_16bit_state_dict() if use_ds else (model.state_dict() if master else None)
+        if master:
+            save_fastdllm(model, tokenizer, os.path.join(cfg.out_dir, f"ckpt-{it}"), state_dict=sd)
+        # training state; written next to the old one and swapped in once complete
+        tmp = resume_dir + ".tmp"
+        if master:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+        if world > 1:
+            dist.barrier()
+        if use_ds:
+            engine.save_checkpoint(tmp, tag="state", client_state={"iter_num": it})
+        elif master:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iter_num": it,
+                        "config": config_to_dict(cfg)}, os.path.join(tmp, "state.pt"))
+        torch.save({"world": world, "torch_rng": torch.get_rng_state(), "noise_rng": noise_gen.get_state(),
+                    "data": batches.state_dict(),
+                    "buffer": {k: (v.cpu() if v is not None else None) for k, v in buffer.state_dict().items()} if buffer else None},
+                   os.path.join(tmp, f"rank{rank}.pt"))
+        if world > 1:
+            dist.barrier()
+        if master:
+            shutil.rmtree(resume_dir, ignore_errors=True)
+            os.replace(tmp, resume_dir)
+            print(f"saved {cfg.out_dir}/ckpt-{it} and {resume_dir}")
+        if world > 1:
+            dist.barrier()
+
+    # ---- training loop
+    fwd.train()
+    t0, tokens_seen = time.time(), 0
+    while iter_num < cfg.max_iters:
+        lr = get_lr(iter_num, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        window = [next_batch() for _ in range(grad_accum)] if cfg.objective == "sft" else None
+        # the SFT token mean runs over the whole accumulation window, as the authors' num_items_in_batch
+        n_window = sum(int(m.sum()) for _, m in window) if window else 0
+        loss_sum, l1_sum, l2_sum = 0.0, 0.0, 0.0
+        for micro in range(grad_accum):
+            boundary = micro == grad_accum - 1
+            if world > 1 and not use_ds:
+                fwd.require_backward_grad_sync = boundary  # all-reduce only on the last micro-step
+            with autocast:
+                if cfg.objective == "sft":
+                    x0, maskable = window[micro]
+                    loss = sft_loss(fwd, x0, maskable, cfg.bd_size, mask_id, noise_gen) / max(1, n_window)
+                    loss_sum += loss.item()
+                else:
+                    x0, maskable = next_batch()
+                    buffer.refill(x0, maskable)  # only finished slots take new rows (authors' StreamingBatch)
+                    step_fn = make_step_fn(fwd, buffer, cfg.bd_size, model.config.hidden_size, use_relay)
+                    out = rollout_loss(step_fn, buffer, K=cfg.K, variant=cfg.objective, policy=policy, mask_id=mask_id)
+                    loss = out.loss / grad_accum  # L1 + L2 per micro-step, mean over the window (design note 4.2.7)
+                    loss_sum += loss.item()
+                    l1_sum += out.step_losses[0].item() / grad_accum
+                    l2_sum += out.step_losses[-1].item() / grad_accum
+            tokens_seen += x0.numel() * world
+            if use_ds:
+                engine.backward(loss, scale_wrt_gas=False)  # our loss is already scaled for the window
+            else:
+                loss.backward()
+            if boundary:
+                # relay-gradient share: how much of the update reaches the relay LayerNorm
+                if use_ds:
+                    from deepspeed.utils import safe_get_full_grad
+                    grads = [safe_get_full_grad(p) for p in relay_params]
+                else:
+                    grads = [p.grad for p in relay_params]
+                relay_norm = math.sqrt(sum(float(g.float().pow(2).sum()) for g in grads if g is not None)) if grads else 0.0
+            if use_ds:
+                engine.step()  # applies the update (with clipping) only at the accumulation boundary
+            elif boundary:
+                total_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        if use_ds:
+            total_norm = float(engine.get_global_grad_norm() or 0.0)
+        iter_num += 1
+        if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
+            stats = torch.tensor([loss_sum, l1_sum, l2_sum], dtype=torch.float64)
+            if world > 1:
+                dist.all_reduce(stats)
+                stats /= world
+            if master:
+                dt = time.time() - t0
+                extra = f" L1 {stats[1]:.4f} L2 {stats[2]:.4f}" if cfg.objective != "sft" else ""
+                share = f" relay-grad {relay_norm / total_norm:.2e}" if relay_params and total_norm > 0 else ""
+                print(f"iter {iter_num}: loss {stats[0]:.4f}{extra} lr {lr:.2e} grad-norm {total_norm:.3f}{share} "
+                      f"{tokens_seen / dt:.0f} tok/s", flush=True)
+            t0, tokens_seen = time.time(), 0
+        if (cfg.save_interval > 0 and iter_num % cfg.save_interval == 0) or iter_num == cfg.max_iters:
+            save(iter_num)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
