@@ -336,7 +336,8 @@ def make_tiny_tokenizer() -> PreTrainedTokenizerFast:
 
     Any text round-trips, so the data pipeline runs on real prompts; built locally (no hub)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    vocab = {ch: i for i, ch in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    # alphabet() comes from an unordered set: sort it, or every call would number the bytes differently
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()

@@ -170,6 +170,15 @@ def test_loads_released_key_layout(tmp_path):
         assert torch.equal(model(x, relay_h=h).logits, src(x, relay_h=h).logits)
 
 
+def test_tiny_tokenizer_is_deterministic_and_round_trips():
+    a, b = make_tiny_tokenizer(), make_tiny_tokenizer()
+    text = "def f(x):\n    return x + 1  # é"
+    assert a.encode(text) == b.encode(text) and a.decode(a.encode(text)) == text
+    assert a.get_vocab() == b.get_vocab() and len(a) < 300
+    ids = a.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>", "<|endoftext|>", "|<MASK>|"])
+    assert len(set(ids)) == 4 and min(ids) >= 256
+
+
 def test_offline_hub_id_and_missing_dir_give_one_line():
     with pytest.raises(ValueError, match="cannot fetch"):
         load_fastdllm("Efficient-Large-Model/Fast_dLLM_v2_1.5B")

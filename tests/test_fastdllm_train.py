@@ -1,0 +1,255 @@
+"""train_fastdllm.py: SFT noising and loss positions, the rollout objectives' gradient paths, the
+four objectives end to end, resume, and a 2-process DeepSpeed ZeRO-3 run (tiny random Qwen2, CPU)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import train_fastdllm as T
+from configurator import load_config
+from fastdllm_data import collate, tokenize_conversation, toy_conversations
+from fastdllm_model import load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer, shift_hidden
+from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BD = 8
+
+
+def _batch(n=2, seed=0):
+    tok = make_tiny_tokenizer()
+    rows = [tokenize_conversation(tok, m, 512) for m in toy_conversations(n, seed)]
+    return collate(rows, tok.pad_token_id, BD)
+
+
+def test_sft_noise_one_level_per_block_and_complement():
+    x0, maskable = _batch(4)
+    B, L = x0.shape
+    mask_id = 259
+    g = torch.Generator().manual_seed(5)
+    z, sup = T.sft_noise(x0, maskable, BD, mask_id, g)
+    # the same draws by hand: t per block, p = (1 - 1e-3) t + 1e-3, one uniform per token
+    g = torch.Generator().manual_seed(5)
+    t = torch.rand(B, L // BD, generator=g)
+    u = torch.rand(B, L, generator=g)
+    m = u < ((1 - 1e-3) * t + 1e-3).repeat_interleave(BD, 1)
+    assert torch.equal(sup, torch.cat([m & maskable, ~m & maskable]))
+    # every response token is supervised in exactly one copy; prompt and padding never are
+    assert torch.equal(sup[:B] ^ sup[B:], maskable) and not (sup[:B] & sup[B:]).any()
+    x2 = torch.cat([x0, x0])
+    assert torch.equal(z == mask_id, sup) and torch.equal(z[~sup], x2[~sup])
+
+
+def test_sft_loss_positions_and_token_shift():
+    """Our loss equals HF's ForCausalLM convention: labels shifted left, logit i-1 scores token i."""
+    model = make_tiny_fastdllm(bd_size=BD, seed=2)
+    x0, maskable = _batch(2)
+    g = torch.Generator().manual_seed(0)
+    loss = T.sft_loss(model, x0, maskable, BD, model.mask_token_id, g)
+    g = torch.Generator().manual_seed(0)
+    z, sup = T.sft_noise(x0, maskable, BD, model.mask_token_id, g)
+    x2 = torch.cat([x0, x0])
+    logits = T.doubled_forward(model, z, x2, None, BD).logits  # (2B, L, V)
+    labels = torch.where(sup, x2, torch.full_like(x2, -100))
+    ref = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+    torch.testing.assert_close(loss, ref)
+    # and by hand for a few positions
+    i = sup[0].nonzero()[0, 0].item()
+    assert i > 0
+    manual = F.cross_entropy(logits[0, i - 1][None], x2[0, i][None])
+    direct = F.cross_entropy(T.shift_logits(logits)[0, i][None], x2[0, i][None])
+    torch.testing.assert_close(manual, direct)
+
+
+def test_doubled_forward_sees_clean_prefix_only():
+    """x_t block b sees its own noised block and clean blocks < b, nothing else."""
+    model = make_tiny_fastdllm(bd_size=BD, seed=4).eval()
+    L = 4 * BD
+    z = torch.randint(0, 256, (1, L))
+    x0 = torch.randint(0, 256, (1, L))
+    with torch.no_grad():
+        base = T.doubled_forward(model, z, x0, None, BD).logits
+        z2 = z.clone(); z2[0, 2 * BD + 1] = (z[0, 2 * BD + 1] + 1) % 256  # noised block 2
+        a = T.doubled_forward(model, z2, x0, None, BD).logits
+        x2 = x0.clone(); x2[0, BD + 3] = (x0[0, BD + 3] + 1) % 256  # clean block 1
+        b = T.doubled_forward(model, z, x2, None, BD).logits
+    blk = lambda t, k: t[0, k * BD:(k + 1) * BD]
+    for k in (0, 1, 3):
+        assert torch.equal(blk(a, k), blk(base, k))
+    assert not torch.equal(blk(a, 2), blk(base, 2))
+    for k in (0, 1):  # the clean block 1 is seen by noised blocks 2 and 3 only
+        assert torch.equal(blk(b, k), blk(base, k))
+    for k in (2, 3):
+        assert not torch.equal(blk(b, k), blk(base, k))
+
+
+@pytest.mark.parametrize("variant", ["rollout", "relay_sg", "relay"])
+def test_gradient_reaches_forward_1_through_the_relay_only_in_relay_mode(variant):
+    model = make_tiny_fastdllm(use_relay=variant != "rollout", bd_size=BD, seed=1)
+    if model.relay_layer_norm is not None:
+        with torch.no_grad():
+            model.relay_layer_norm.weight.fill_(1.0)  # a trained relay, so the path carries signal
+    x0, maskable = _batch(2)
+    buf = RolloutBuffer(2, mask_id=model.mask_token_id)
+    buf.refill(x0, maskable)
+    inner = T.make_step_fn(model, buf, BD, 64, use_relay=variant != "rollout")
+    calls, relay_grads = [], []
+
+    def step_fn(z, h):
+        calls.append(h)
+        logits, h_out = inner(z, h)
+        if h_out.requires_grad:
+            h_out.register_hook(lambda g: relay_grads.append(g))  # only the relay path uses h_out
+        return logits, h_out
+
+    policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
+    out = rollout_loss(step_fn, buf, K=2, variant=variant, policy=policy, mask_id=model.mask_token_id)
+    out.loss.backward()
+    assert len(calls) == 2
+    if variant == "rollout":
+        assert calls[0] is None and calls[1] is None and buf.h is None and not relay_grads
+    else:
+        assert calls[0] is None  # cold start: make_step_fn feeds h = 0
+        assert calls[1].requires_grad == (variant == "relay")
+        assert not buf.h.requires_grad  # what is carried to the next window is detached
+        if variant == "relay":
+            assert len(relay_grads) == 1 and relay_grads[0].abs().sum() > 0
+        else:
+            assert not relay_grads
+
+
+def test_rollout_micro_step_teacher_forces_and_refills():
+    model = make_tiny_fastdllm(use_relay=True, bd_size=BD, seed=1)
+    x0, maskable = _batch(4)
+    buf = RolloutBuffer(2, mask_id=model.mask_token_id)
+    buf.refill(x0[:2], maskable[:2])
+    assert torch.equal(buf.z == model.mask_token_id, maskable[:2])  # cold start: whole response masked
+    policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
+    step_fn = T.make_step_fn(model, buf, BD, 64, use_relay=True)
+    before = buf.masked().clone()
+    with torch.no_grad():
+        out = rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id)
+    revealed = before & ~buf.masked()
+    assert torch.equal(buf.z[revealed], buf.x0[revealed])  # ground-truth tokens, never samples
+    # every block with masks reveals at least one token per forward: two rounds -> >= 2 per block
+    per_block = revealed.view(2, -1, BD).sum(-1)
+    had = before.view(2, -1, BD).sum(-1)
+    assert (per_block >= torch.clamp(had, max=2)).all()
+    assert len(out.step_losses) == 2
+    # run until slot 0 finishes; the next refill puts a new row there and keeps slot 1
+    for _ in range(200):
+        if buf.finished().any():
+            break
+        with torch.no_grad():
+            rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id)
+    done = buf.finished()
+    assert done.any()
+    keep = buf.z[~done].clone()
+    buf.refill(x0[2:], maskable[2:])
+    assert torch.equal(buf.z[~done], keep)
+    assert torch.equal(buf.x0[done], x0[2:2 + int(done.sum())])
+    assert (buf.h[done] == 0).all()
+
+
+def _run(tmp_path, *args):
+    T.main(["config/fastdllm_tiny.py", f"--out_dir={tmp_path}", "--deepspeed=", "--bd_size=8", "--log_interval=1", *args])
+
+
+def _losses(text):
+    return [float(v) for v in re.findall(r"iter \d+: loss ([0-9.]+)", text)]
+
+
+@pytest.mark.parametrize("objective", T.OBJECTIVES)
+def test_each_objective_trains_and_saves_a_loadable_checkpoint(tmp_path, capsys, objective):
+    os.chdir(ROOT)
+    _run(tmp_path, f"--objective={objective}", "--max_iters=3", "--save_interval=0")
+    log = capsys.readouterr().out
+    assert len(_losses(log)) == 3
+    assert ("relay-grad" in log) == (objective in ("relay_sg", "relay"))
+    model, tok = load_fastdllm(str(tmp_path / "ckpt-3"), dtype=torch.float32)
+    if objective in ("relay_sg", "relay"):
+        assert model.relay_layer_norm is not None and model.relay_layer_norm.weight.abs().sum() > 0  # trained
+    else:
+        assert model.relay_layer_norm is None
+
+
+def test_resume_continues_the_run_exactly(tmp_path, capsys):
+    os.chdir(ROOT)
+    _run(tmp_path / "a", "--objective=relay", "--max_iters=4", "--save_interval=0")
+    straight = _losses(capsys.readouterr().out)
+    _run(tmp_path / "b", "--objective=relay", "--max_iters=2", "--save_interval=0")
+    _run(tmp_path / "b", "--objective=relay", "--max_iters=4", "--save_interval=0", "--resume=True")
+    log = capsys.readouterr().out
+    assert "resumed from" in log
+    assert _losses(log) == straight  # same optimizer, data position, buffer and relay state
+    a, _ = load_fastdllm(str(tmp_path / "a" / "ckpt-4"), dtype=torch.float32)
+    b, _ = load_fastdllm(str(tmp_path / "b" / "ckpt-4"), dtype=torch.float32)
+    for k, v in a.state_dict().items():
+        torch.testing.assert_close(v, b.state_dict()[k], rtol=0, atol=0)
+
+
+def test_configs_load_and_errors_are_one_line(tmp_path):
+    for name in ("sft", "rollout", "relay_sg", "relay", "tiny"):
+        cfg = load_config(T.Config, [os.path.join(ROOT, "config", f"fastdllm_{name}.py")])
+        assert cfg.objective in T.OBJECTIVES
+    paper = load_config(T.Config, [os.path.join(ROOT, "config", "fastdllm_relay.py")])
+    assert (paper.batch_size, paper.gradient_accumulation_steps, paper.learning_rate, paper.deepspeed) == (2, 16, 5e-6, "zero3")
+    os.chdir(ROOT)
+    with pytest.raises(SystemExit, match="objective must be one of"):
+        _run(tmp_path, "--objective=mlm")
+    with pytest.raises(SystemExit, match="prepare_data.py --task=sft"):
+        _run(tmp_path, f"--data={tmp_path}/missing.jsonl")
+    with pytest.raises(SystemExit, match="effective_batch"):
+        _run(tmp_path, "--effective_batch=64")
+    with pytest.raises(SystemExit, match="does not exist"):
+        _run(tmp_path, "--resume=True")
+
+
+def test_lr_schedule_warmup_then_cosine():
+    cfg = T.Config(learning_rate=1.0, min_lr=0.0, warmup_iters=10, lr_decay_iters=110)
+    assert T.get_lr(0, cfg) == 0.0 and T.get_lr(5, cfg) == 0.5 and T.get_lr(10, cfg) == 1.0
+    assert abs(T.get_lr(60, cfg) - 0.5) < 1e-12 and T.get_lr(110, cfg) == 0.0 and T.get_lr(500, cfg) == 0.0
+
+
+def _torchrun(tmp_path, *args, timeout=300):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "train_fastdllm.py", "config/fastdllm_tiny.py", f"--out_dir={tmp_path}", *args]
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+def test_two_process_zero3_run_partitions_and_learns(tmp_path):
+    """2 gloo processes, DeepSpeed ZeRO-3 on the CPU accelerator (the first run on a machine also
+    JIT-compiles DeepSpeed's shared-memory comm op, about 45 s)."""
+    out = _torchrun(tmp_path, "--objective=relay", "--max_iters=6", "--save_interval=0", "--lr_decay_iters=6")
+    held = re.search(r"held per rank: \[(\d+), (\d+)\] of (\d+) \(whole tensors left on the ranks: (\d+)\)", out)
+    assert held, out
+    a, b, n, whole = map(int, held.groups())
+    assert whole == 0 and a + b >= n and max(a, b) < 0.6 * n  # each rank really holds about half
+    losses = _losses(out)
+    assert len(losses) == 6 and sum(losses[-2:]) < sum(losses[:2])
+    model, _ = load_fastdllm(str(tmp_path / "ckpt-6"), dtype=torch.float32)
+    assert model.relay_layer_norm.weight.abs().sum() > 0
+
+
+@pytest.mark.slow
+def test_two_process_zero3_resume_and_all_objectives(tmp_path):
+    straight = _losses(_torchrun(tmp_path / "a", "--objective=relay", "--max_iters=4", "--save_interval=0"))
+    _torchrun(tmp_path / "b", "--objective=relay", "--max_iters=2", "--save_interval=0")
+    resumed = _losses(_torchrun(tmp_path / "b", "--objective=relay", "--max_iters=4", "--save_interval=0", "--resume=True"))
+    assert resumed == pytest.approx(straight[2:], abs=1e-4)
+    for objective in ("sft", "rollout", "relay_sg"):
+        _torchrun(tmp_path / objective, f"--objective={objective}", "--max_iters=2", "--save_interval=0")
+        load_fastdllm(str(tmp_path / objective / "ckpt-2"), dtype=torch.float32)
+
+
+@pytest.mark.slow
+def test_two_process_ddp_run(tmp_path):
+    out = _torchrun(tmp_path, "--deepspeed=", "--objective=relay", "--max_iters=4", "--save_interval=0")
+    assert "DDP" in out and len(_losses(out)) == 4
+    load_fastdllm(str(tmp_path / "ckpt-4"), dtype=torch.float32)
