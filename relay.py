@@ -111,7 +111,9 @@ def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
     ranks so that the averaged gradients equal a single process's token mean over the global batch.
     An empty mask gives 0 that is still connected to the graph (every parameter gets a gradient).
     """
-    ce = F.cross_entropy(logits[mask].float(), targets[mask], reduction="sum")
+    # CE at every position, weighted by the mask: no boolean indexing, so no host sync and static shapes
+    ce = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction="none")
+    ce = (ce * mask.flatten()).sum()
     count = mask.sum().float()
     if reduce_count is not None:
         count = reduce_count(count)
@@ -175,30 +177,28 @@ class RolloutBuffer:
             return torch.ones(self.size, dtype=torch.bool)
         return ~self.masked().any(-1)  # (size,)
 
-    def refill(self, x0: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator | None = None) -> int:
-        """Put the first rows of (x0, maskable) (B >= size rows) into the finished slots; returns how many."""
+    def refill(self, x0: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Put the first rows of (x0, maskable) (B >= size rows) into the finished slots, in slot
+        order; returns how many slots were refilled (a tensor: no host sync on GPUs)."""
         if x0.shape[0] < self.size:
             raise ValueError(f"refill needs at least {self.size} rows (the buffer size), got {x0.shape[0]}")
+        x0, maskable = x0[: self.size], maskable[: self.size]
         if self.z is None:
-            self.x0 = x0[: self.size].clone()
-            self.maskable = maskable[: self.size].clone()
-            self.z = self.x0.clone()
-            slots = torch.arange(self.size, device=x0.device)
+            self.x0, self.maskable, self.z = x0.clone(), maskable.clone(), x0.clone()
+            new = torch.ones(self.size, dtype=torch.bool, device=x0.device)
+            src = torch.arange(self.size, device=x0.device)
         else:
-            slots = self.finished().nonzero().squeeze(1)
-            n = slots.numel()
-            self.x0[slots] = x0[:n]
-            self.maskable[slots] = maskable[:n]
-        n = slots.numel()
-        if n == 0:
-            return 0
-        hide = self.maskable[slots]
+            new = self.finished()  # (size,)
+            src = (new.long().cumsum(0) - 1).clamp(min=0)  # the k-th finished slot takes incoming row k
+            self.x0 = torch.where(new[:, None], x0[src], self.x0)
+            self.maskable = torch.where(new[:, None], maskable[src], self.maskable)
+        hide = self.maskable
         if self.init == "staggered":
             hide = hide & mlm_masking(~hide, generator).to(hide.device)
-        self.z[slots] = torch.where(hide, self.mask_id, self.x0[slots])
+        self.z = torch.where(new[:, None], torch.where(hide, self.mask_id, self.x0), self.z)
         if self.h is not None:
-            self.h[slots] = 0.0  # a new puzzle starts from h = 0
-        return n
+            self.h = torch.where(new[:, None, None], torch.zeros_like(self.h), self.h)  # a new puzzle starts from h = 0
+        return new.sum()
 
     def state_dict(self) -> dict:
         return {"x0": self.x0, "z": self.z, "maskable": self.maskable, "h": self.h}
