@@ -1,0 +1,344 @@
+"""Fast-dLLM v2 block-diffusion decoding with a KV cache and the Relay carry (paper Sec. 5, Table 2).
+
+    from fastdllm_model import load_fastdllm
+    from fastdllm_generate import generate
+    model, tok = load_fastdllm("brozonoyer/relay-fastdllm-v2-c40m60-relay-step200", device="cuda")
+    ids = [tok(text, add_special_tokens=False)["input_ids"] for text in prompts]
+    out = generate(model, ids, relay_carry=True, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
+    out.tokens, out.nfe  # generated ids per prompt (stop token excluded), denoising forwards per prompt
+
+The algorithm (design note fastdllm_v2.md section 3):
+  - The sequence is cut into blocks of `block_size` (32) absolute positions. Prompts are right-padded
+    with MASK, so a short prompt's padding is simply the start of its answer.
+  - Prefill: the complete prompt blocks shared by all rows go into the KV cache in one forward
+    (block-causal: bidirectional inside a block, causal across blocks).
+  - Each block is decoded sub-block by sub-block (8 positions, in order). One denoising forward runs the
+    whole block against the cached prefix; logits are shifted by one (logit i-1 predicts token i); every
+    MASK of the sub-block with confidence > threshold is committed, plus the most confident one, so every
+    forward makes progress.
+  - When the block has no MASK left, a cache-update forward appends the clean block's keys and values to
+    the cache; its last logit gives the next block's first token (autoregressively, no threshold).
+  - A row is finished once it commits the stop token (<|im_end|>); it still completes its block (tokens
+    after the stop are dropped) and then leaves the batch with its cache rows. A row also ends when the
+    block holding its max_new_tokens-th token is complete.
+  - NFE (Table 2): per row, the denoising forwards in which the row was unfinished and had a MASK in the
+    active sub-block. Prefill and cache-update forwards are not counted.
+
+Relay carry (paper Sec. 4, design note 4.5): inside a block, each denoising forward gets
+h_t = shift(h_s of that row's previous forward), injected at MASK positions only (FastDLLM.embed); the
+carry is reset at every block start and never enters the cache-update forward. The authors could only
+carry with the block cache off; here the carry works with the prefix cache (exact: tested equal to full
+recomputation) and with the sub-block cache.
+
+Caches:
+  - prefix_cache=True (default) is exact: completed blocks never change, and recomputing them gives the
+    same keys and values. prefix_cache=False recomputes the whole sequence every forward (the reference).
+  - sub_block_cache=True is Fast-dLLM's DualCache and is approximate by design: the first forward of a
+    sub-block runs the whole block and keeps its keys/values; the next forwards of that sub-block run only
+    the sub-block (plus the position before it, whose logit predicts the sub-block's first token) against
+    the cached prefix and the cached rest of the block, which is stale. With sub_block_size == block_size
+    it is exact. Off for the paper's numbers.
+"""
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from fastdllm_model import block_causal_mask, shift_hidden, shift_logits
+
+
+# -----------------------------------------------------------------------------
+# KV cache: one preallocated buffer per layer, written in place
+
+
+class _BlockLayer(CacheLayerMixin):
+    """Keys/values (B, H_kv, capacity, head_dim). Each forward writes its keys at the positions planned by
+    the owning BlockKVCache and attends to everything before the planned end. Writing never moves the
+    committed length: denoising forwards overwrite the active block in place, so no copy of the prefix
+    is made per forward (transformers' DynamicCache would concatenate, i.e. copy the whole prefix)."""
+
+    def __init__(self, owner: "BlockKVCache"):
+        super().__init__()
+        self.owner = owner
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        B, H, _, D = key_states.shape
+        self.keys = key_states.new_zeros(B, H, self.owner.capacity, D)
+        self.values = value_states.new_zeros(B, H, self.owner.capacity, D)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.owner.write_start, self.owner.kv_end
+        n = key_states.shape[-2]
+        self.keys[:, :, start:start + n] = key_states
+        self.values[:, :, start:start + n] = value_states
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.owner.kv_end, 0
+
+    def get_seq_length(self) -> int:
+        return self.owner.length
+
+    def get_max_length(self) -> int:
+        return self.owner.capacity
+
+    def select(self, rows: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.keys, self.values = self.keys[rows], self.values[rows]
+
+
+class BlockKVCache(Cache):
+    """The prefix cache (plus the active block's keys for the sub-block cache). `plan` says where the next
+    forward writes and how far it attends; `length` is the committed prefix."""
+
+    def __init__(self, n_layers: int, capacity: int):
+        self.capacity, self.length, self.write_start, self.kv_end = capacity, 0, 0, 0
+        super().__init__(layers=[_BlockLayer(self) for _ in range(n_layers)])
+
+    def plan(self, write_start: int, kv_end: int, commit: bool) -> None:
+        self.write_start, self.kv_end = write_start, kv_end
+        if commit:  # this forward's keys become part of the read-only prefix
+            self.length = kv_end
+
+    def select(self, rows: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.select(rows)
+
+
+# -----------------------------------------------------------------------------
+# token choice and the unmasking rule
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
+                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(..., V) logits -> (token, confidence), each (...). temperature 0: argmax and its softmax
+    probability, top-p unused (as the authors' sample_with_top_p). Otherwise nucleus sampling per row
+    and the probability of the drawn token under the truncated distribution."""
+    if temperature == 0:
+        conf, tok = logits.float().softmax(-1).max(-1)
+        return tok, conf
+    probs = (logits.float() / temperature).softmax(-1)
+    sorted_p, order = probs.sort(-1, descending=True)
+    drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest prefix whose mass reaches top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    sorted_p = sorted_p / sorted_p.sum(-1, keepdim=True)
+    flat = sorted_p.reshape(-1, sorted_p.shape[-1])
+    pick = torch.multinomial(flat, 1, generator=generator).view(sorted_p.shape[:-1])
+    tok = order.gather(-1, pick[..., None])[..., 0]
+    conf = sorted_p.gather(-1, pick[..., None])[..., 0]
+    return tok, conf
+
+
+def unmask_rule(conf: torch.Tensor, masked: torch.Tensor, threshold: float) -> torch.Tensor:
+    """(B, S) confidences and MASK flags of one sub-block -> (B, S) positions to commit:
+    conf > threshold, plus the most confident MASK of each row that has one (design note 3.3 d).
+    Own function rather than relay.block_confidence_unmask because the confidence here comes from the
+    sampler (the drawn token's probability when sampling), not from a fresh softmax max."""
+    conf = conf.masked_fill(~masked, -1.0)
+    best = torch.zeros_like(masked)
+    best.scatter_(1, conf.argmax(1, keepdim=True), True)
+    return ((conf > threshold) | best) & masked
+
+
+# -----------------------------------------------------------------------------
+
+
+@dataclass
+class GenerateOutput:
+    tokens: list[list[int]]  # generated ids per prompt, up to (excluding) the stop token, at most max_new_tokens
+    nfe: list[int]  # denoising forwards per prompt (Table 2's NFE)
+    stopped: list[bool]  # whether the stop token was generated
+    trace: list[dict] = field(default_factory=list)  # per denoising forward, when asked for (tests, debugging)
+
+    @property
+    def mean_nfe(self) -> float:
+        return sum(self.nfe) / max(len(self.nfe), 1)
+
+
+@torch.no_grad()
+def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, threshold: float = 0.85,
+             block_size: int | None = None, sub_block_size: int = 8, temperature: float = 0.0, top_p: float = 0.95,
+             stop_token_id: int | None = None, prefix_cache: bool = True, sub_block_cache: bool = False,
+             relay_carry: bool = False, generator: torch.Generator | None = None,
+             trace: bool = False, progress: bool = False) -> GenerateOutput:
+    """Decode a batch of prompts (lists of token ids) with Fast-dLLM v2's block diffusion.
+
+    model: a fastdllm_model.FastDLLM (or anything with its forward signature and config fields bd_size,
+    mask_token_id). block_size defaults to the model's bd_size (32). stop_token_id: None = the model's
+    eos_token_id (<|im_end|> for Fast-dLLM v2). trace=True records, per denoising forward, the rows that
+    took part, the shifted logits of the active sub-block and the number of tokens committed per row."""
+    cfg = model.config
+    bs = block_size or cfg.bd_size
+    mask_id = cfg.mask_token_id
+    stop_id = cfg.eos_token_id if stop_token_id is None else stop_token_id
+    if isinstance(stop_id, (list, tuple)):
+        stop_id = stop_id[0]
+    _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
+                prefix_cache, sub_block_cache, relay_carry, mask_id)
+    device = next(model.parameters()).device
+    B = len(prompts)
+    plen = torch.tensor([len(p) for p in prompts], device=device)
+    # each row's last position to generate; its block is its last one
+    last = plen + max_new_tokens - 1
+    total = int((last.max() // bs + 1) * bs)
+    x = torch.full((B, total), mask_id, dtype=torch.long, device=device)
+    for r, p in enumerate(prompts):
+        x[r, :len(p)] = torch.tensor(p, dtype=torch.long, device=device)
+
+    rows = torch.arange(B, device=device)  # original index of each row still in the batch
+    nfe = torch.zeros(B, dtype=torch.long, device=device)
+    stop_at = torch.full((B,), -1, dtype=torch.long, device=device)  # absolute position of the stop token
+    tokens_out: list[list[int] | None] = [None] * B
+    records: list[dict] = []
+    cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
+
+    def forward(ids, start, end, relay_h=None, commit=False, block_end=None):
+        """Forward absolute positions [start, end) of the rows in the batch; with the cache, attend to the
+        cache up to `block_end` (the active block's end) and write keys at [start, end)."""
+        pos = torch.arange(start, end, device=device)[None]
+        if cache is None:  # reference: recompute everything from position 0, block-causal
+            assert start == 0
+            mask = block_causal_mask(end, end, bs, device)
+            return model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos)
+        kv_end = end if block_end is None else block_end
+        cache.plan(start, kv_end, commit)
+        if end - start > bs:  # prefill: several blocks, block-causal among themselves
+            mask = block_causal_mask(end - start, kv_end, bs, device)
+        else:  # one block (or part of it) sees the whole prefix and the whole block
+            mask = torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=device)
+        return model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos, past_key_values=cache)
+
+    # prefill the complete prompt blocks that every row shares
+    b0 = int(plen.min()) // bs * bs
+    next_logit = None  # logit of position b0-1: predicts the first token of block b0
+    if b0 > 0:
+        if cache is not None:
+            out = forward(x[:, :b0], 0, b0, commit=True)
+        else:
+            out = forward(x[:, :b0], 0, b0)
+        next_logit = out.logits[:, -1]
+
+    steps = range(b0, total, bs)
+    if progress:
+        from tqdm import tqdm
+        steps = tqdm(steps, desc="blocks", leave=False)
+    for b_start in steps:
+        b_end = b_start + bs
+        # first token of the block: autoregressive from the previous block's last logit
+        if next_logit is not None:
+            first = x[:, b_start] == mask_id
+            next_logit = next_logit.clone()
+            next_logit[:, mask_id] = float("-inf")
+            tok, _ = sample_tokens(next_logit, temperature, top_p, generator)
+            x[:, b_start] = torch.where(first, tok, x[:, b_start])
+            stop_at = _mark_stop(stop_at, rows, first & (tok == stop_id), b_start)
+
+        hbuf = None  # relay carry: h_s of each row's latest forward, by block position (reset per block)
+        for s in range(0, bs, sub_block_size):
+            lo, hi = b_start + s, b_start + s + sub_block_size
+            full_done = False  # the sub-block cache runs the whole block once per sub-block
+            while True:
+                masked = x[:, lo:hi] == mask_id  # (b, S)
+                active = masked.any(1)
+                if not active.any():
+                    break
+                # which positions this forward computes; logits at q-1 predict token q
+                if sub_block_cache and full_done:
+                    q0 = lo - 1 if s > 0 else lo  # block start is never MASK, so s = 0 needs no extra position
+                else:
+                    q0 = b_start
+                start = q0 if cache is not None else 0
+                end = hi if sub_block_cache and full_done else b_end
+                relay_h = None
+                if relay_carry and hbuf is not None:
+                    h_t = shift_hidden(hbuf)[:, q0 - b_start:end - b_start]  # aligned with positions q0..end-1
+                    if cache is None:  # the recomputed prefix holds no MASK, so zeros there are never injected
+                        h_t = torch.cat([h_t.new_zeros(h_t.shape[0], q0, h_t.shape[2]), h_t], 1)
+                    relay_h = h_t
+                out = forward(x[:, start:end], start, end, relay_h=relay_h, block_end=b_end)
+                full_done = True
+                # logits and hidden of absolute positions [q0, end), shifted within that window
+                logits = out.logits[:, q0 - start:]
+                hidden = out.hidden[:, q0 - start:]
+                sub_logits = shift_logits(logits)[:, lo - q0:hi - q0]  # (b, S, V), a fresh tensor
+                sub_logits[..., mask_id] = float("-inf")  # committing MASK would stall decoding (untrained models do it)
+                tok, conf = sample_tokens(sub_logits, temperature, top_p, generator)
+                commit = unmask_rule(conf, masked, threshold)
+                # NFE: the row took part while unfinished and with something left to decode
+                counted = active & (stop_at[rows] < 0)
+                nfe[rows] += counted.long()
+                x[:, lo:hi] = torch.where(commit, tok, x[:, lo:hi])
+                hit = commit & (tok == stop_id)
+                if hit.any():
+                    first_hit = torch.where(hit.any(1), lo + hit.float().argmax(1), torch.full_like(rows, -1))
+                    stop_at = _mark_stop_pos(stop_at, rows, first_hit)
+                if relay_carry:
+                    # rows that waited (no MASK in this sub-block) keep their carry: their forward would
+                    # not happen if they decoded alone, so batched decoding equals one-by-one decoding
+                    if hbuf is None:
+                        hbuf = hidden.new_zeros(hidden.shape[0], bs, hidden.shape[2])
+                    upd = hbuf.clone()
+                    upd[:, q0 - b_start:end - b_start] = hidden.to(hbuf.dtype)
+                    hbuf = torch.where(active[:, None, None], upd, hbuf)
+                if trace:
+                    records.append(dict(rows=rows.tolist(), block=b_start, sub_block=s, logits=sub_logits.float().cpu(),
+                                        committed=commit.sum(1).tolist(), active=active.tolist()))
+
+        # the block is clean: which rows are done, then cache it and read the next block's first token
+        done = (stop_at[rows] >= 0) | (last[rows] < b_end)
+        for i in torch.nonzero(done).flatten().tolist():
+            r = int(rows[i])
+            stop = int(stop_at[r])
+            end = stop if stop >= 0 else int(last[r]) + 1
+            tokens_out[r] = x[i, int(plen[r]):end].tolist()
+        keep = torch.nonzero(~done).flatten()
+        if keep.numel() == 0:
+            break
+        if keep.numel() < rows.numel():  # finished rows leave the batch with their cache rows
+            x, rows = x[keep], rows[keep]
+            if cache is not None:
+                cache.select(keep)
+        if cache is not None:
+            out = forward(x[:, b_start:b_end], b_start, b_end, commit=True)
+        else:
+            out = forward(x[:, :b_end], 0, b_end)
+        next_logit = out.logits[:, -1]
+
+    return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=(stop_at >= 0).tolist(), trace=records)
+
+
+def _mark_stop(stop_at: torch.Tensor, rows: torch.Tensor, hit: torch.Tensor, pos: int) -> torch.Tensor:
+    first = torch.where(hit, torch.full_like(rows, pos), torch.full_like(rows, -1))
+    return _mark_stop_pos(stop_at, rows, first)
+
+
+def _mark_stop_pos(stop_at: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Record a row's first stop position (pos -1 = none this step); an earlier stop stays."""
+    cur = stop_at[rows]
+    new = torch.where((pos >= 0) & ((cur < 0) | (pos < cur)), pos, cur)
+    stop_at = stop_at.clone()
+    stop_at[rows] = new
+    return stop_at
+
+
+def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
+                prefix_cache, sub_block_cache, relay_carry, mask_id) -> None:
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+    if any(mask_id in p for p in prompts):
+        raise ValueError(f"a prompt contains the mask token id {mask_id}; remove it (it would be decoded over)")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if bs < 1 or sub_block_size < 1 or bs % sub_block_size:
+        raise ValueError(f"block_size ({bs}) must be a positive multiple of sub_block_size ({sub_block_size})")
+    if not threshold > 0:
+        raise ValueError(f"threshold must be > 0 (1.0 commits exactly one token per forward), got {threshold}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature} and {top_p}")
+    if sub_block_cache and not prefix_cache:
+        raise ValueError("sub_block_cache=True needs prefix_cache=True (the block's keys live in the prefix cache)")
+    if relay_carry and getattr(model, "relay_layer_norm", None) is None:
+        raise ValueError("relay_carry=True needs a model with a relay LayerNorm (a Relay checkpoint, use_relay=True)")
