@@ -148,7 +148,11 @@ class FastDLLM(nn.Module):
     def gradient_checkpointing_enable(self) -> None:
         # non-reentrant: the relay path makes forward 1 feed forward 2, which reentrant
         # checkpointing would not recompute correctly
-        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
     def embed(self, input_ids: torch.Tensor, relay_h: torch.Tensor | None = None) -> torch.Tensor:
         """Token embedding plus LN_relay(relay_h) only where input_ids == mask_token_id.
@@ -353,6 +357,17 @@ TINY_CONFIG = dict(
     max_position_embeddings=4096, rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
     hidden_act="silu", attention_dropout=0.0, use_sliding_window=False,
     bd_size=DEFAULT_BD_SIZE, relay_layer=-1,
+)
+
+
+# Efficient-Large-Model/Fast_dLLM_v2_1.5B's config.json (design note 1.1), for random-weight runs
+# such as memory profiling that need the real shapes but not the trained weights:
+#   make_tiny_fastdllm(**FAST_DLLM_V2_1_5B)
+FAST_DLLM_V2_1_5B = dict(
+    vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+    num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+    tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645, pad_token_id=151645,
+    mask_token_id=DEFAULT_MASK_ID, bd_size=DEFAULT_BD_SIZE,
 )
 
 

@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"train_fastdllm.py: dtype must be bfloat16 or float32, got {cfg.dtype!r}")
     if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
         raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
+    if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python prepare_data.py --task=sft` first (or --data=toy)")
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     use_ds = bool(cfg.deepspeed)
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
@@ -223,6 +225,12 @@ def main(argv: list[str] | None = None) -> None:
     if use_ds:
         if device == "cpu":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        if "RANK" not in os.environ:  # plain `python train_fastdllm.py`: a world of one, not MPI discovery
+            import socket
+            with socket.socket() as sock:
+                sock.bind(("localhost", 0))
+                port = sock.getsockname()[1]
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="localhost", MASTER_PORT=str(port))
         import deepspeed
         deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo", verbose=False)
     elif world > 1:

@@ -253,3 +253,36 @@ def test_two_process_ddp_run(tmp_path):
     out = _torchrun(tmp_path, "--deepspeed=", "--objective=relay", "--max_iters=4", "--save_interval=0")
     assert "DDP" in out and len(_losses(out)) == 4
     load_fastdllm(str(tmp_path / "ckpt-4"), dtype=torch.float32)
+
+
+def test_gradient_checkpointing_keeps_relay_gradients_exact():
+    """Non-reentrant checkpointing must recompute both forwards so that BPTT through the relay is unchanged."""
+    grads = []
+    for ckpt in (False, True):
+        model = make_tiny_fastdllm(use_relay=True, bd_size=BD, seed=1)
+        with torch.no_grad():
+            model.relay_layer_norm.weight.fill_(1.0)
+        if ckpt:
+            model.gradient_checkpointing_enable()
+        model.train()
+        x0, maskable = _batch(2)
+        buf = RolloutBuffer(2, mask_id=model.mask_token_id)
+        buf.refill(x0, maskable)
+        step_fn = T.make_step_fn(model, buf, BD, 64, use_relay=True)
+        policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
+        rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and "model.relay_layer_norm.weight" in grads[0]
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], rtol=1e-5, atol=1e-6)
+
+
+def test_memory_profile_runs_on_cpu_and_orders_phases(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import memory_profile
+    traces = memory_profile.main(["--init_from=tiny", "--seq_len=64", "--dtype=float32", f"--out={tmp_path}/mp"])
+    phases = {r: [e[0] for e in ev] for r, ev in traces.items()}
+    assert phases["sft"] == ["fwd"] * 4 + ["bwd"] * 3  # start, 2 layers, fwd_end | 2 layer bwd, bwd_end
+    assert phases["relay"] == ["fwd"] * 3 + ["fwd2"] * 3 + ["bwd"] * 5  # both forwards' layers get a backward
+    assert os.path.getsize(f"{tmp_path}/mp.png") > 0
+    assert sum(1 for _ in open(f"{tmp_path}/mp.csv")) == 1 + len(traces["sft"]) + len(traces["relay"])
