@@ -376,17 +376,23 @@ class _Timeout(Exception):
     pass
 
 
-def _tim_solver():
-    """Import sudoku_solver_tim quietly: it configures root logging at import and prints every step to a console."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    import sudoku_solver_tim.puzzle as tim
-    from rich.console import Console
+_TIM = None
 
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    tim.console = Console(file=open(os.devnull, "w"))
-    return tim
+
+def _tim_solver():
+    """Import sudoku_solver_tim quietly, once per process: it configures root logging at import and prints every step."""
+    global _TIM
+    if _TIM is None:
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
+        import sudoku_solver_tim.puzzle as tim
+        from rich.console import Console
+
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        tim.console = Console(file=open(os.devnull, "w"))
+        _TIM = tim
+    return _TIM
 
 
 def _on_alarm(signum, frame):
@@ -659,13 +665,15 @@ def build(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    task = next((a.split("=", 1)[1] for a in argv if a.startswith("--task=")), "sudoku")
-    if task == "sft":
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--task", choices=["sudoku", "sft"], default="sudoku")
+    task, rest = pre.parse_known_args(argv)
+    if task.task == "sft":
         try:
             import fastdllm_data  # owned by the Fast-dLLM side; imported only for this task
         except ImportError as e:
             raise SystemExit(f"--task=sft needs fastdllm_data.py, which cannot be imported ({e})") from None
-        return fastdllm_data.main([a for a in argv if not a.startswith("--task=")])
+        return fastdllm_data.main(rest)
     args = parse_args(argv)
     t0 = time.time()
     key = _cache_key(args)
