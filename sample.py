@@ -169,7 +169,9 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
     try:
         with torch.inference_mode(), amp:
             starts = range(0, N, batch_size)
-            for s in tqdm(starts, desc=f"decode tau={tau:g}", unit="batch", disable=not progress, leave=False):
+            # disable=None: the bar shows only on a terminal, so logs of driver scripts stay clean
+            bar = tqdm(starts, desc=f"decode tau={tau:g}", unit="batch", disable=None if progress else True, leave=False)
+            for s in bar:
                 x = pred[s:s + batch_size].to(device)
                 steps, n, v, trace = _decode_batch(model, x, tau, max_steps, carry, early_exit, record_boards)
                 pred[s:s + batch_size] = x.cpu()
@@ -255,7 +257,7 @@ def method_name(config: dict) -> str:
 
 
 def group_by_method(entries: list[dict]) -> dict[str, list[dict]]:
-    """Checkpoints of one (objective, tying) config are seeds of one method; order of first appearance."""
+    """Checkpoints of one method are its seeds: same label (--labels), else same (objective, tying)."""
     groups: dict[str, list[dict]] = {}
     for e in entries:
         groups.setdefault(e.get("label") or method_name(e["config"]), []).append(e)
@@ -285,8 +287,10 @@ def format_table(entries: list[dict], tau: float) -> str:
         head += [f"Acc (%) {title[c]}", f"NFE {title[c]}", f"batch NFE {title[c]}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, group in group_by_method(entries).items():
-        objective, _, tying = name.rpartition(", ")
-        row = [objective or name, tying, str(len(group))]
+        tied = group[0]["config"].get("tie_embeddings")
+        tying = "?" if tied is None else ("tied" if tied else "untied")
+        objective = name if group[0].get("label") else name.rpartition(", ")[0]
+        row = [objective, tying, str(len(group))]
         for c in cohorts:
             ms = [e["results"].get(c, {}).get(tau_key(tau)) for e in group]
             ms = [m for m in ms if m is not None]
@@ -361,6 +365,8 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 "or one puzzle step by step.", allow_abbrev=False)
     p.add_argument("--ckpt", required=True, help="checkpoint out_dir(s) or .pt file(s), comma-separated; "
                    "checkpoints with the same objective and tying are seeds of one method")
+    p.add_argument("--labels", default="", help="method name per checkpoint, comma-separated (default: objective "
+                   "and tying from the run config); checkpoints with the same label are seeds of one method")
     p.add_argument("--ema", type=_bool, default=True, help="use the EMA weights (as the paper's evaluation did)")
     p.add_argument("--data", default="test", help="test | val | train (prepared data) or a CSV/parquet/JSONL/text file")
     p.add_argument("--data_dir", default="data/sudoku", help="where prepare_data.py wrote the splits")
@@ -482,14 +488,18 @@ def main(argv: list[str] | None = None) -> None:
         for path, model, _ in ckpts:
             show_puzzle(path, model, args.puzzle, args.tau, args.max_steps, args.relay_carry)
         return
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else [""] * len(ckpts)
+    if len(labels) != len(ckpts):
+        raise SystemExit(f"--labels: {len(labels)} labels for {len(ckpts)} checkpoints; give one per checkpoint")
     cohorts = load_cohorts(args)
     dump = open(args.dump, "w") if args.dump else None
     entries = []
-    header = f"{'checkpoint':<28} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>6} {'NFE':>6} {'bNFE':>6} " \
-             f"{'legal%':>6} {'viol':>5} {'vroll':>6} {'cells/f':>7}"
-    print(header)
-    for path, model, config in ckpts:
-        entry = {"path": path, "config": config, "results": {}}
+    names = [label or os.path.join(*os.path.normpath(path).split(os.sep)[-2:]) for (path, _, _), label in zip(ckpts, labels)]
+    w = max(len(x) for x in names + ["checkpoint"])
+    print(f"{'checkpoint':<{w}} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>7} {'NFE':>6} {'bNFE':>6} "
+          f"{'legal%':>7} {'viol':>6} {'vroll':>7} {'cells/f':>7}")
+    for (path, model, config), label, name in zip(ckpts, labels, names):
+        entry = {"path": path, "label": label, "config": config, "results": {}}
         for cohort, (q, a) in cohorts.items():
             entry["results"][cohort] = {}
             for tau in args.taus:
@@ -499,10 +509,10 @@ def main(argv: list[str] | None = None) -> None:
                              relay_carry=args.relay_carry, record_boards=record, progress=True)
                 m = score(q, a, res) | {"seconds": round(time.time() - t0, 3)}
                 entry["results"][cohort][tau_key(tau)] = m
-                pct = lambda v: "   n/a" if v is None else f"{100 * v:6.2f}"  # noqa: E731
-                print(f"{path[-28:]:<28} {cohort:<14} {tau:5.2f} {pct(m['exact_match']):>7} {pct(m['token_accuracy'])} "
-                      f"{m['mean_nfe']:6.2f} {m['batch_nfe']:6.2f} {100 * m['legal_rate']:6.2f} "
-                      f"{m['violations_final']:5.2f} {m['violations_rollout']:6.2f} {m['cells_per_step']:7.2f}")
+                pct = lambda v: "n/a" if v is None else f"{100 * v:.2f}"  # noqa: E731
+                print(f"{name:<{w}} {cohort:<14} {tau:5.2f} {pct(m['exact_match']):>7} {pct(m['token_accuracy']):>7} "
+                      f"{m['mean_nfe']:6.2f} {m['batch_nfe']:6.2f} {100 * m['legal_rate']:7.2f} "
+                      f"{m['violations_final']:6.2f} {m['violations_rollout']:7.2f} {m['cells_per_step']:7.2f}", flush=True)
                 if record:
                     for i in range(q.size(0)):
                         dump.write(json.dumps({

@@ -1,0 +1,70 @@
+"""CPU reproduction of Table 1's objective ordering: train the four objectives with the CPU presets,
+evaluate them over the τ sweep, print the table and draw the Pareto figure. One command:
+
+    python scripts/reproduce_cpu.py                        # 1 seed: ~4 min data + 4 x ~10 min training + eval
+    python scripts/reproduce_cpu.py --seeds=1,2,3          # mean ± s.d. over seeds (3x the training time)
+    python scripts/reproduce_cpu.py --smoke                # the whole pipeline at a toy size, ~2 minutes
+
+Steps (each is a plain command, echoed as it runs):
+  1. python prepare_data.py                              (skipped when data/sudoku exists)
+  2. python train_sudoku.py config/cpu_<objective>.py --seed=S --out_dir=runs/cpu/<objective>_s<S>
+     (skipped when that run already finished with the same command)
+  3. python sample.py --ckpt=<all runs> --data=test --n=2000 --table --plot=runs/cpu/pareto.png --out=runs/cpu/results.json
+Outputs in --runs: results.json (sample.py's JSON), pareto.png, table.md, each run's train.log and metrics.jsonl.
+"""
+import argparse
+import os
+import shlex
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts import runs  # noqa: E402
+
+SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--max_iters=20", "--eval_interval=0", "--eval_puzzles=32", "--log_interval=10", "--batch_size=16"]
+SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--seeds", default="1", help="comma-separated training seeds")
+    p.add_argument("--objectives", default=",".join(runs.OBJECTIVES))
+    p.add_argument("--runs", default="runs/cpu", help="where the runs, results.json and pareto.png go")
+    p.add_argument("--data_dir", default="data/sudoku")
+    p.add_argument("--n", type=int, default=2000, help="test puzzles to evaluate (first N, as the paper)")
+    p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides, e.g. '--max_iters=800'")
+    p.add_argument("--sample_args", default="", help="extra sample.py options, e.g. '--taus=0.1,0.15'")
+    p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 30 steps): checks the pipeline only")
+    args = p.parse_args(argv)
+    seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
+    train_args, data_args = shlex.split(args.train_args), []
+    if args.smoke:
+        args.runs = args.runs if args.runs != "runs/cpu" else "runs/cpu_smoke"
+        args.data_dir = args.data_dir if args.data_dir != "data/sudoku" else "data/sudoku_smoke"
+        args.n = min(args.n, 64)
+        train_args, data_args = SMOKE_TRAIN + train_args, SMOKE_DATA
+    run_dir, data_dir = os.path.abspath(args.runs), os.path.abspath(args.data_dir)
+    t0 = time.time()
+
+    runs.ensure_data(data_dir, data_args)
+    ckpts = []
+    for seed in seeds:
+        for objective in objectives:
+            out = runs.train(objective, os.path.join(run_dir, f"{objective}_s{seed}"), seed,
+                             [f"--data_dir={data_dir}", *train_args])
+            ckpts.append(out)
+    t_train = time.time() - t0
+    cohorts = "all,deduction_only" if runs.has_derived_fields(data_dir) else "all"
+    results = runs.evaluate(ckpts, None, data_dir, args.n, os.path.join(run_dir, "results.json"),
+                            os.path.join(run_dir, "pareto.png"), cohorts, shlex.split(args.sample_args))
+    sys.path.insert(0, runs.ROOT)
+    import sample
+    table = sample.format_table(results["checkpoints"], results["tau"])
+    with open(os.path.join(run_dir, "table.md"), "w") as f:
+        f.write(table + "\n")
+    print(f"\ndata + training {t_train / 60:.1f} min, total {(time.time() - t0) / 60:.1f} min; "
+          f"wrote {run_dir}/results.json, table.md, pareto.png")
+
+
+if __name__ == "__main__":
+    main()

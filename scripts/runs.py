@@ -1,0 +1,116 @@
+"""Shared plumbing of the experiment drivers: run a command with its output teed to a log, train one
+run unless an identical finished one is already there, evaluate checkpoints with sample.py.
+
+Every run is a `python train_sudoku.py config/cpu_<objective>.py ...` subprocess, so a driver does
+nothing a user could not type by hand; the commands are echoed as they start.
+"""
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
+
+
+def sh(cmd: list[str], log: str | None = None) -> None:
+    """Run cmd from the repo root, echo it, tee its output to `log`; stop the driver if it fails."""
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    t0 = time.time()
+    with open(log, "a") if log else open(os.devnull, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        last = ""
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            f.write(line)
+            last = line.strip() or last
+        code = proc.wait()
+    if code:
+        raise SystemExit(f"command failed with exit code {code} after {time.time() - t0:.0f} s: {last}"
+                         + (f" (full output in {log})" if log else ""))
+
+
+def train_has(key: str) -> bool:
+    """Does train_sudoku.py's TrainConfig have this key? (read from its source: no torch import needed)"""
+    with open(os.path.join(ROOT, "train_sudoku.py")) as f:
+        src = f.read()
+    return f"\n    {key}:" in src
+
+
+def budget_args(minutes: float | None, iters: int | None) -> list[str]:
+    """Overrides for a training budget: wall-clock minutes (needs train_sudoku's max_minutes) or steps."""
+    if (minutes is None) == (iters is None):
+        raise SystemExit("give exactly one budget: minutes or iters")
+    if iters is not None:
+        return [f"--max_iters={iters}"]
+    if not train_has("max_minutes"):
+        raise SystemExit("train_sudoku.py has no max_minutes key for a wall-clock budget: use the *_iters "
+                         "options instead (a step budget)")
+    return [f"--max_minutes={minutes}", "--max_iters=100000000"]
+
+
+def ensure_data(data_dir: str, prepare: list[str]) -> None:
+    """Build the Sudoku data with prepare_data.py unless data_dir already has the test split."""
+    if os.path.exists(os.path.join(ROOT, data_dir, "test.parquet")) or os.path.exists(os.path.join(data_dir, "test.parquet")):
+        return
+    sh([sys.executable, "prepare_data.py", f"--out_dir={data_dir}", *prepare])
+
+
+def has_derived_fields(data_dir: str) -> bool:
+    """Does the test split carry the solver fields the deduction-only cohort needs?"""
+    import pyarrow.parquet as pq
+    path = os.path.join(data_dir, "test.parquet")
+    path = path if os.path.isabs(path) else os.path.join(ROOT, path)
+    return "strategies_used" in pq.read_schema(path).names
+
+
+def train(objective: str, out_dir: str, seed: int, args: list[str]) -> str:
+    """Train one run into out_dir (skipped when an identical run already finished there); returns out_dir."""
+    cmd = [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
+    full = os.path.join(ROOT, out_dir) if not os.path.isabs(out_dir) else out_dir
+    marker = os.path.join(full, "DONE.json")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            if json.load(f).get("cmd") == cmd[1:]:
+                print(f"{out_dir}: already trained with the same command, skipped (delete it to retrain)")
+                return out_dir
+    if os.path.exists(full):
+        shutil.rmtree(full)  # a fresh start: train_sudoku.py appends to metrics.jsonl
+    os.makedirs(full)
+    t0 = time.time()
+    sh(cmd, log=os.path.join(full, "train.log"))
+    with open(marker, "w") as f:
+        json.dump({"cmd": cmd[1:], "seconds": round(time.time() - t0, 1)}, f)
+    return out_dir
+
+
+def evaluate(ckpts: list[str], labels: list[str] | None, data_dir: str, n: int, out: str, plot: str,
+             cohorts: str = "all", extra: list[str] = ()) -> dict:
+    """sample.py over the τ sweep: prints the per-τ lines and the table, writes `out` and `plot`."""
+    cmd = [sys.executable, "sample.py", f"--ckpt={','.join(ckpts)}", "--data=test", f"--data_dir={data_dir}",
+           f"--n={n}", f"--cohort={cohorts}", f"--out={out}", "--table", *extra]
+    if plot:
+        cmd.append(f"--plot={plot}")
+    if labels:
+        cmd.append(f"--labels={','.join(labels)}")
+    sh(cmd)
+    with open(os.path.join(ROOT, out) if not os.path.isabs(out) else out) as f:
+        return json.load(f)
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise SystemExit(f"expected comma-separated integers, got {text!r}") from None
+
+
+def objective_list(text: str) -> list[str]:
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [o for o in out if o not in OBJECTIVES]
+    if bad or not out:
+        raise SystemExit(f"unknown objective(s) {bad}: choose from {', '.join(OBJECTIVES)}")
+    return out
