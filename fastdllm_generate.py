@@ -70,11 +70,15 @@ class _BlockLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        start, end = self.owner.write_start, self.owner.kv_end
+        start, end, rows = self.owner.write_start, self.owner.kv_end, self.owner.rows
         n = key_states.shape[-2]
-        self.keys[:, :, start:start + n] = key_states
-        self.values[:, :, start:start + n] = value_states
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        if rows is None:
+            self.keys[:, :, start:start + n] = key_states
+            self.values[:, :, start:start + n] = value_states
+            return self.keys[:, :, :end], self.values[:, :, :end]
+        self.keys[rows, :, start:start + n] = key_states  # a forward over some rows of the batch (rare)
+        self.values[rows, :, start:start + n] = value_states
+        return self.keys[rows, :, :end], self.values[rows, :, :end]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.owner.kv_end, 0
@@ -95,11 +99,11 @@ class BlockKVCache(Cache):
     forward writes and how far it attends; `length` is the committed prefix."""
 
     def __init__(self, n_layers: int, capacity: int):
-        self.capacity, self.length, self.write_start, self.kv_end = capacity, 0, 0, 0
+        self.capacity, self.length, self.write_start, self.kv_end, self.rows = capacity, 0, 0, 0, None
         super().__init__(layers=[_BlockLayer(self) for _ in range(n_layers)])
 
-    def plan(self, write_start: int, kv_end: int, commit: bool) -> None:
-        self.write_start, self.kv_end = write_start, kv_end
+    def plan(self, write_start: int, kv_end: int, commit: bool, rows: torch.Tensor | None = None) -> None:
+        self.write_start, self.kv_end, self.rows = write_start, kv_end, rows
         if commit:  # this forward's keys become part of the read-only prefix
             self.length = kv_end
 
@@ -195,16 +199,16 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     records: list[dict] = []
     cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
 
-    def forward(ids, start, end, relay_h=None, commit=False, block_end=None):
-        """Forward absolute positions [start, end) of the rows in the batch; with the cache, attend to the
-        cache up to `block_end` (the active block's end) and write keys at [start, end)."""
+    def forward(ids, start, end, relay_h=None, commit=False, block_end=None, sub=None):
+        """Forward absolute positions [start, end) of the rows in the batch (or of the rows `sub`); with the
+        cache, attend to the cache up to `block_end` (the active block's end) and write keys at [start, end)."""
         pos = torch.arange(start, end, device=device)[None]
         if cache is None:  # reference: recompute everything from position 0, block-causal
             assert start == 0
             mask = block_causal_mask(end, end, bs, device)
             return model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos)
         kv_end = end if block_end is None else block_end
-        cache.plan(start, kv_end, commit)
+        cache.plan(start, kv_end, commit, sub)
         if end - start > bs:  # prefill: several blocks, block-causal among themselves
             mask = block_causal_mask(end - start, kv_end, bs, device)
         else:  # one block (or part of it) sees the whole prefix and the whole block
@@ -237,6 +241,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
             stop_at = _mark_stop(stop_at, rows, first & (tok == stop_id), b_start)
 
         hbuf = None  # relay carry: h_s of each row's latest forward, by block position (reset per block)
+        has_carry = torch.zeros(x.shape[0], dtype=torch.bool, device=device)
         for s in range(0, bs, sub_block_size):
             lo, hi = b_start + s, b_start + s + sub_block_size
             full_done = False  # the sub-block cache runs the whole block once per sub-block
@@ -253,12 +258,23 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
                 start = q0 if cache is not None else 0
                 end = hi if sub_block_cache and full_done else b_end
                 relay_h = None
-                if relay_carry and hbuf is not None:
+                if relay_carry and (active & has_carry).any():
                     h_t = shift_hidden(hbuf)[:, q0 - b_start:end - b_start]  # aligned with positions q0..end-1
                     if cache is None:  # the recomputed prefix holds no MASK, so zeros there are never injected
                         h_t = torch.cat([h_t.new_zeros(h_t.shape[0], q0, h_t.shape[2]), h_t], 1)
                     relay_h = h_t
-                out = forward(x[:, start:end], start, end, relay_h=relay_h, block_end=b_end)
+                if relay_h is not None and (active & ~has_carry).any():
+                    # Some rows start decoding in this block only now (their prompt ended in a later
+                    # sub-block): their first forward must get no relay, as if decoded alone. A zero
+                    # carry would not do: LN(0) = beta. So run them separately (prompt blocks only).
+                    out = _Merged()
+                    for rows_sub, h in ((torch.nonzero(~has_carry).flatten(), None),
+                                        (torch.nonzero(has_carry).flatten(), relay_h)):
+                        part = forward(x[rows_sub, start:end], start, end, relay_h=None if h is None else h[rows_sub],
+                                       block_end=b_end, sub=rows_sub)
+                        out.put(rows_sub, part, x.shape[0])
+                else:
+                    out = forward(x[:, start:end], start, end, relay_h=relay_h, block_end=b_end)
                 full_done = True
                 # logits and hidden of absolute positions [q0, end), shifted within that window
                 logits = out.logits[:, q0 - start:]
@@ -283,6 +299,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
                     upd = hbuf.clone()
                     upd[:, q0 - b_start:end - b_start] = hidden.to(hbuf.dtype)
                     hbuf = torch.where(active[:, None, None], upd, hbuf)
+                    has_carry = has_carry | active
                 if trace:
                     records.append(dict(rows=rows.tolist(), block=b_start, sub_block=s, logits=sub_logits.float().cpu(),
                                         committed=commit.sum(1).tolist(), active=active.tolist()))
@@ -308,6 +325,16 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
         next_logit = out.logits[:, -1]
 
     return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=(stop_at >= 0).tolist(), trace=records)
+
+
+class _Merged:
+    """Logits and hidden of a batch assembled from forwards over subsets of its rows."""
+
+    def put(self, rows: torch.Tensor, part, batch: int) -> None:
+        if not hasattr(self, "logits"):
+            self.logits = part.logits.new_zeros(batch, *part.logits.shape[1:])
+            self.hidden = part.hidden.new_zeros(batch, *part.hidden.shape[1:])
+        self.logits[rows], self.hidden[rows] = part.logits, part.hidden
 
 
 def _mark_stop(stop_at: torch.Tensor, rows: torch.Tensor, hit: torch.Tensor, pos: int) -> torch.Tensor:
