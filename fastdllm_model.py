@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn as nn
+import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -192,8 +193,6 @@ class FastDLLM(nn.Module):
         if self.config._attn_implementation == "eager":  # eager adds the mask to the scores
             attention_mask = torch.zeros(attention_mask.shape, dtype=self.lm_head.weight.dtype,
                                          device=input_ids.device).masked_fill(~attention_mask, torch.finfo(self.lm_head.weight.dtype).min)
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
         inputs_embeds = self.embed(input_ids, relay_h)
         captured = {}
         if self.config.relay_layer >= 0:  # readout = raw residual stream after decoder layer k
@@ -274,7 +273,8 @@ def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        lm = Qwen2ForCausalLM.from_pretrained(ckpt_dir, config=config, dtype=dtype, attn_implementation="sdpa")
+        dtype_kw = {"dtype": dtype} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": dtype}
+        lm = Qwen2ForCausalLM.from_pretrained(ckpt_dir, config=config, attn_implementation="sdpa", **dtype_kw)
     finally:
         hf_logging.set_verbosity(verbosity)
     model = FastDLLM(lm, use_relay=use_relay)

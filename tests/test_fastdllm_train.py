@@ -286,3 +286,32 @@ def test_memory_profile_runs_on_cpu_and_orders_phases(tmp_path):
     assert phases["relay"] == ["fwd"] * 3 + ["fwd2"] * 3 + ["bwd"] * 5  # both forwards' layers get a backward
     assert os.path.getsize(f"{tmp_path}/mp.png") > 0
     assert sum(1 for _ in open(f"{tmp_path}/mp.csv")) == 1 + len(traces["sft"]) + len(traces["relay"])
+
+
+def test_zero_init_relay_starts_exactly_as_rollout():
+    """gamma = beta = 0: the three rollout variants share losses and base gradients at the first window
+    (d R(h) / d h = gamma = 0 blocks the BPTT path); they part once gamma moves."""
+    def grads(variant, gamma=0.0):
+        model = make_tiny_fastdllm(use_relay=variant != "rollout", bd_size=BD, seed=1)
+        if gamma and model.relay_layer_norm is not None:
+            with torch.no_grad():
+                model.relay_layer_norm.weight.fill_(gamma)
+        x0, maskable = _batch(2)
+        buf = RolloutBuffer(2, mask_id=model.mask_token_id)
+        buf.refill(x0, maskable)
+        # a non-zero carried state, as in a later window
+        buf.h = torch.randn(2, x0.shape[1], 64, generator=torch.Generator().manual_seed(0))
+        step_fn = T.make_step_fn(model, buf, BD, 64, use_relay=variant != "rollout")
+        policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
+        out = rollout_loss(step_fn, buf, K=2, variant=variant, policy=policy, mask_id=model.mask_token_id)
+        out.loss.backward()
+        return out.loss.item(), {n: p.grad for n, p in model.named_parameters() if "relay" not in n}
+    l_roll, g_roll = grads("rollout")
+    for variant in ("relay_sg", "relay"):
+        l, g = grads(variant)
+        assert l == l_roll
+        for n in g_roll:
+            assert torch.equal(g[n], g_roll[n]), (variant, n)
+    _, g_sg = grads("relay_sg", gamma=1.0)
+    _, g_bptt = grads("relay", gamma=1.0)
+    assert any(not torch.equal(g_sg[n], g_bptt[n]) for n in g_sg)
