@@ -386,3 +386,33 @@ def test_cli_bad_input_gives_one_line(tmp_path, args, message):
         sample.main([a.format(**fill) for a in args])
     text = str(e.value.code)
     assert message in text and "\n" not in text
+
+
+# ----------------------------------------------------------------------------- experiment drivers
+
+def test_budget_study_integrates_training_time_from_the_metrics_log(tmp_path):
+    from scripts.budget_study import at_minute, curve, report
+    records = [{"step": 10, "loss": 2.0, "ms_per_step": 100.0}, {"step": 20, "loss": 1.9, "ms_per_step": 200.0},
+               {"step": 20, "val/exact": 0.1, "val/nfe": 30.0, "val/batch_nfe": 40.0},
+               {"step": 25, "val/exact": 0.2, "val/nfe": 20.0, "val/batch_nfe": 30.0},  # mid-interval
+               {"step": 30, "loss": 1.5, "ms_per_step": 300.0},
+               {"step": 40, "val/exact": 0.5, "val/nfe": 10.0, "train_seconds": 99.0}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    points = curve(str(path))
+    assert [p["step"] for p in points] == [20, 25, 40]
+    # 10 steps at 0.1 s + 10 at 0.2 s; then 5 more steps of the interval ending at 30 (0.3 s each)
+    assert [p["minutes"] * 60 for p in points] == pytest.approx([3.0, 4.5, 99.0])
+    assert at_minute(points, 0.06)["step"] == 20 and at_minute(points, 0.01) is None
+    table = report({"Relay, cold": points}, [0.06])
+    assert "| Relay, cold | 10.0% / 30.0 | 50.0% / 10.0 (2 min, step 40) |" in table
+
+
+@pytest.mark.slow
+def test_reproduce_cpu_smoke_runs_end_to_end(tmp_path):
+    """Data, four trainings, evaluation, table and figure at a toy size (~2 minutes)."""
+    from scripts import reproduce_cpu
+    reproduce_cpu.main(["--smoke", f"--runs={tmp_path / 'runs'}", f"--data_dir={tmp_path / 'data'}"])
+    results = json.loads((tmp_path / "runs" / "results.json").read_text())
+    assert [e["config"]["objective"] for e in results["checkpoints"]] == list(sample.OBJECTIVE_NAMES)
+    assert (tmp_path / "runs" / "pareto.png").exists() and "| Relay |" in (tmp_path / "runs" / "table.md").read_text()

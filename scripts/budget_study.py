@@ -1,0 +1,173 @@
+"""From-scratch budget study (issue 7): exact match and NFE against training wall-clock for each
+objective, with cold and staggered rollout buffers, read from the runs' metrics.jsonl.
+
+    python scripts/budget_study.py --minutes=60                    # 4 objectives cold + 3 staggered: ~7 h on 2 cores
+    python scripts/budget_study.py --minutes=60 --buffers=cold     # the paper's buffer only: ~4 h
+    python scripts/budget_study.py --iters=3000 --eval_interval=100   # a step budget instead
+    python scripts/budget_study.py --plot_only                     # redraw from the runs already in --runs
+    python scripts/budget_study.py --smoke                         # toy size, ~3 minutes
+
+Runs go sequentially (each gets the whole machine, so its wall-clock is the 2-core one):
+  python train_sudoku.py config/cpu_<objective>.py --seed=S --buffer_init=<cold|staggered> --eval_interval=E ...
+MLM has no buffer, so it runs once. Every validation record (exact match and NFE at τ = 0.15 on the
+first eval_puzzles test puzzles, EMA weights) becomes a point at the training time spent so far;
+validation time itself is not counted. Outputs in --runs: budget.png, budget.json, the printed table.
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts import runs  # noqa: E402
+
+NAMES = {"mlm": "MLM", "rollout": "Rollout", "relay_sg": "Relay (sg)", "relay": "Relay"}
+SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--eval_puzzles=32", "--batch_size=16",
+               "--log_interval=5"]
+SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
+
+
+def curve(metrics_path: str) -> list[dict]:
+    """Validation points of one run: step, training minutes so far, exact match, NFE, batch NFE.
+
+    Training time is the integral of the logged ms_per_step over steps (train_sudoku.py restarts
+    its step timer after each validation, so validation time is left out); a record's own
+    `train_seconds` is used instead when the training script logs one.
+    """
+    rates, points = [], []  # rates: (last step of the interval, ms per step in it)
+    with open(metrics_path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    for r in records:
+        if "ms_per_step" in r:
+            rates.append((r["step"], r["ms_per_step"]))
+    for r in records:
+        if "val/exact" not in r:
+            continue
+        if "train_seconds" in r:
+            seconds = r["train_seconds"]
+        else:
+            seconds, prev = 0.0, 0
+            for end, ms in rates:
+                seconds += ms / 1000 * (min(end, r["step"]) - prev)
+                prev = min(end, r["step"])
+                if end >= r["step"]:
+                    break
+            if prev < r["step"]:  # steps after the last log line: at the last known rate
+                seconds += (rates[-1][1] if rates else 0.0) / 1000 * (r["step"] - prev)
+        points.append({"step": r["step"], "minutes": seconds / 60, "exact": r["val/exact"],
+                       "nfe": r.get("val/nfe"), "batch_nfe": r.get("val/batch_nfe")})
+    return points
+
+
+def at_minute(points: list[dict], minute: float) -> dict | None:
+    """The latest validation point at or before `minute` of training."""
+    done = [p for p in points if p["minutes"] <= minute + 1e-9]
+    return done[-1] if done else None
+
+
+def report(curves: dict[str, list[dict]], marks: list[float]) -> str:
+    """Markdown: exact match (%) / NFE of each run at the given training minutes."""
+    head = ["run"] + [f"{m:g} min" for m in marks] + ["last point"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, points in curves.items():
+        cells = []
+        for m in marks + [math.inf]:
+            p = at_minute(points, m)
+            cells.append("–" if p is None else f"{100 * p['exact']:.1f}% / {p['nfe']:.1f}"
+                         + (f" ({p['minutes']:.0f} min, step {p['step']})" if m == math.inf else ""))
+        lines.append("| " + " | ".join([name] + cells) + " |")
+    lines.append("exact match on the validation puzzles / mean NFE per puzzle, at τ = 0.15, EMA weights")
+    return "\n".join(lines)
+
+
+def plot(curves: dict[str, list[dict]], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = {}
+    for name, points in curves.items():
+        if not points:
+            continue
+        objective = name.split(",")[0]
+        style = "--" if "staggered" in name else "-"
+        x = [p["minutes"] for p in points]
+        kw = dict(linestyle=style, marker="o", markersize=3, label=name)
+        if objective in colors:
+            kw["color"] = colors[objective]
+        line, = ax1.plot(x, [100 * p["exact"] for p in points], **kw)
+        colors.setdefault(objective, line.get_color())
+        ax2.plot(x, [p["nfe"] for p in points], color=line.get_color(), linestyle=style, marker="o", markersize=3)
+    ax1.set_ylabel("exact match (%)")
+    ax2.set_ylabel("mean NFE per puzzle")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("training wall-clock (minutes, validation excluded)")
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    fig.suptitle("From scratch on the CPU presets: validation at τ = 0.15 during training")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--minutes", type=float, help="wall-clock budget per run (default 60)")
+    p.add_argument("--iters", type=int, help="step budget per run (instead of minutes)")
+    p.add_argument("--objectives", default=",".join(runs.OBJECTIVES))
+    p.add_argument("--buffers", default="cold,staggered", help="buffer_init values for the rollout objectives")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval_interval", type=int, default=100, help="steps between validation points")
+    p.add_argument("--runs", default="runs/budget")
+    p.add_argument("--data_dir", default="data/sudoku")
+    p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides for every run")
+    p.add_argument("--plot_only", action="store_true", help="train nothing: read the runs in --runs")
+    p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 20 steps): checks the pipeline only")
+    args = p.parse_args(argv)
+    objectives = runs.objective_list(args.objectives)
+    buffers = [b.strip() for b in args.buffers.split(",") if b.strip()]
+    if not buffers or set(buffers) - {"cold", "staggered"}:
+        raise SystemExit(f"--buffers: use cold, staggered or cold,staggered, got {args.buffers!r}")
+    train_args, data_args = shlex.split(args.train_args), []
+    if args.smoke:
+        args.runs = args.runs if args.runs != "runs/budget" else "runs/budget_smoke"
+        args.data_dir = args.data_dir if args.data_dir != "data/sudoku" else "data/sudoku_smoke"
+        args.minutes, args.iters, args.eval_interval = None, 20, 10
+        train_args, data_args = SMOKE_TRAIN + train_args, SMOKE_DATA
+    if args.minutes is None and args.iters is None:
+        args.minutes = 60.0
+    run_dir, data_dir = os.path.abspath(args.runs), os.path.abspath(args.data_dir)
+
+    plan = [(o, b) for o in objectives for b in (["cold"] if o == "mlm" else buffers)]
+    names = {(o, b): NAMES[o] + ("" if o == "mlm" else f", {b}") for o, b in plan}
+    dirs = {(o, b): os.path.join(run_dir, f"{o}_s{args.seed}" if o == "mlm" else f"{o}_{b}_s{args.seed}") for o, b in plan}
+    if not args.plot_only:
+        budget = runs.budget_args(args.minutes, args.iters)
+        runs.ensure_data(data_dir, data_args)
+        for o, b in plan:
+            extra = [] if o == "mlm" else [f"--buffer_init={b}"]
+            runs.train(o, dirs[o, b], args.seed, budget + extra + [f"--data_dir={data_dir}",
+                       f"--eval_interval={args.eval_interval}", *train_args])
+    curves = {}
+    for key in plan:
+        path = os.path.join(dirs[key], "metrics.jsonl")
+        if not os.path.exists(path):
+            print(f"{names[key]}: no {path}, left out")
+            continue
+        curves[names[key]] = curve(path)
+    if not any(curves.values()):
+        raise SystemExit(f"no validation records in {run_dir}: train the runs first (drop --plot_only)")
+    longest = max(p["minutes"] for c in curves.values() for p in c)
+    step = 10 if longest > 20 else (2 if longest > 4 else 0.5)
+    marks = [step * i for i in range(1, int(longest // step) + 1)][:8]
+    print("\n" + report(curves, marks))
+    plot(curves, os.path.join(run_dir, "budget.png"))
+    with open(os.path.join(run_dir, "budget.json"), "w") as f:
+        json.dump(curves, f, indent=1)
+    print(f"wrote {run_dir}/budget.png and budget.json")
+
+
+if __name__ == "__main__":
+    main()
