@@ -328,6 +328,9 @@ def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
             pts.sort()
             x, y, xs, ys, t = (np.array(v) for v in zip(*pts))
             line, = ax.plot(x, y, "o-", label=f"{name} ({len(group)} seed{'s' * (len(group) > 1)})")
+            if ax.lines[0] is line:  # τ of each point, on the first curve only to keep the plot readable
+                for xi, yi, ti in zip(x, y, t):
+                    ax.annotate(f"τ={float(ti):g}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
             ax.fill_between(x, y - ys, y + ys, color=line.get_color(), alpha=0.2, linewidth=0)
             if xs.any():
                 ax.errorbar(x, y, xerr=xs, fmt="none", ecolor=line.get_color(), alpha=0.5)
