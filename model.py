@@ -35,6 +35,10 @@ class ModelConfig:
     block_size: int = 81  # sequence length: the 81 cells, no special tokens
     tie_embeddings: bool = False
     relay: bool = False
+    # Learned absolute positions: NOT in the paper (its model has RoPE only). With RoPE alone a model
+    # must infer each cell's row and box from attention patterns, which small CPU runs learn slowly;
+    # the CPU presets turn this on so that they learn in minutes. Adds block_size * n_embd parameters.
+    pos_emb: bool = False
 
 
 def rope_cache(head_dim: int, length: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,6 +105,7 @@ class SudokuTransformer(nn.Module):
         super().__init__()
         self.config = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd, padding_idx=0)
+        self.pos_emb = nn.Parameter(0.02 * torch.randn(cfg.block_size, cfg.n_embd)) if cfg.pos_emb else None
         # gamma = 1 from scratch (paper App. A.1); init_from a plain parent sets zero_init instead
         self.relay_norm = RelayLayerNorm(cfg.n_embd, eps=1e-5) if cfg.relay else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -130,6 +135,8 @@ class SudokuTransformer(nn.Module):
         if L > self.config.block_size:
             raise ValueError(f"sequence length {L} exceeds block_size {self.config.block_size}")
         x = self.tok_emb(tokens)  # (B, L, d)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb[:L]
         if self.relay_norm is not None:
             # h = 0 at the first step; LN_relay(0) = beta exactly, so add beta without normalising zeros
             x = x + (self.relay_norm(h) if h is not None else self.relay_norm.bias)

@@ -64,6 +64,7 @@ class TrainConfig:
     d_ff: int = 1536
     dropout: float = 0.1
     tie_embeddings: bool = False
+    pos_emb: bool = False  # learned absolute positions: not in the paper, used by the CPU presets (see model.py)
     # optimisation
     batch_size: int = 512  # global: split over DDP ranks
     max_iters: int = 300_000
@@ -100,7 +101,8 @@ def check_config(cfg: TrainConfig) -> None:
 
 def model_config(cfg: TrainConfig) -> ModelConfig:
     return ModelConfig(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, d_ff=cfg.d_ff, dropout=cfg.dropout,
-                       tie_embeddings=cfg.tie_embeddings, relay=cfg.objective in ("relay_sg", "relay"))
+                       tie_embeddings=cfg.tie_embeddings, relay=cfg.objective in ("relay_sg", "relay"),
+                       pos_emb=cfg.pos_emb)
 
 
 def pick_device(name: str) -> str:
@@ -263,8 +265,8 @@ def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
     except Exception as e:
         raise SystemExit(f"init_from={cfg.init_from}: not a readable train_sudoku.py checkpoint ({type(e).__name__})")
     mine = asdict(model.config)
-    for key in ("tie_embeddings", "n_embd", "vocab_size", "n_layer", "n_head", "d_ff", "block_size"):
-        if pcfg.get(key) != mine[key]:
+    for key in ("tie_embeddings", "n_embd", "vocab_size", "n_layer", "n_head", "d_ff", "block_size", "pos_emb"):
+        if pcfg.get(key, False) != mine[key]:
             raise SystemExit(f"init_from={cfg.init_from}: the parent has {key}={pcfg.get(key)!r} but this run "
                              f"{key}={mine[key]!r}; the two must match")
     if pcfg.get("relay") and not mine["relay"]:
@@ -324,7 +326,7 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     # data
     train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
     x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
-    if master and cfg.eval_interval >= 0 and cfg.eval_puzzles > 0:
+    if master and cfg.eval_puzzles > 0:
         val_data = val_data if val_data is not None else load_split("test", cfg.data_dir)
         val_q = as_tensor(val_data.question)[: cfg.eval_puzzles]
         val_a = as_tensor(val_data.answer)[: cfg.eval_puzzles]
@@ -336,7 +338,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     if cfg.resume:
         resume = torch.load(ckpt_path, map_location="cpu", weights_only=True)
         saved = resume["config"]
-        for key in ("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "batch_size", "seed", "K"):
+        for key in ("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "pos_emb", "batch_size",
+                    "seed", "K"):
             if saved.get(key) != getattr(cfg, key):
                 raise SystemExit(f"resume: {ckpt_path} was trained with {key}={saved.get(key)!r}, not "
                                  f"{getattr(cfg, key)!r}; pass the same config")
@@ -398,7 +401,10 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
 
     wandb = None
     if cfg.wandb_log and master:
-        import wandb
+        try:
+            import wandb
+        except ImportError:
+            raise SystemExit("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)") from None
         wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or None, config=run_config)
     log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
 

@@ -127,3 +127,17 @@ def test_load_model_errors(tmp_path):
     torch.save({"weights": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a train_sudoku.py checkpoint"):
         load_model(str(tmp_path / "other.pt"))
+
+
+def test_optional_learned_positions():
+    base = SudokuTransformer(ModelConfig(**SMALL))
+    model = SudokuTransformer(ModelConfig(**SMALL, pos_emb=True))
+    assert model.num_params() - base.num_params() == 81 * 32
+    assert SudokuTransformer(ModelConfig()).pos_emb is None  # the paper's model has RoPE only
+    x = tokens(B=1)
+    with torch.no_grad():
+        model.pos_emb.zero_()
+        a = model(x)[0]
+        model.pos_emb[5] = torch.randn(32)
+        b = model(x)[0]
+    assert (a - b).abs().amax(-1)[0, 5] > 1e-3  # the embedding of position 5 is added to cell 5
