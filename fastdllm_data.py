@@ -127,8 +127,8 @@ def collate(rows: list[tuple[list[int], list[bool]]], pad_id: int, bd_size: int,
     x0 = torch.full((len(rows), L), pad_id, dtype=torch.long)
     maskable = torch.zeros((len(rows), L), dtype=torch.bool)
     for i, (ids, sup) in enumerate(rows):
-        x0[i, : len(ids)] = torch.tensor(ids)
-        maskable[i, : len(sup)] = torch.tensor(sup)
+        x0[i, : len(ids)] = torch.as_tensor(ids)
+        maskable[i, : len(sup)] = torch.as_tensor(sup)
     return x0, maskable
 
 

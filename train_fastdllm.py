@@ -21,7 +21,6 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -30,10 +29,11 @@ from functools import partial
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
-from fastdllm_model import (HUB_ID, FastDLLM, bd_training_mask, load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer,
+from fastdllm_model import (HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer,
                             save_fastdllm, shift_hidden, shift_logits)
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 
@@ -298,9 +298,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python prepare_data.py --task=sft` first (or --data=toy)")
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
-    from tqdm import tqdm
-    rows = [tokenize_conversation(tokenizer, m, cfg.max_length) for m in tqdm(convs, desc="tokenise", disable=not master)]
-    rows = [r for r in rows if any(r[1])]  # left truncation can cut away a whole answer
+    rows = []
+    for m in tqdm(convs, desc="tokenise", disable=not master):
+        ids, sup = tokenize_conversation(tokenizer, m, cfg.max_length)
+        if any(sup):  # left truncation can cut away a whole answer
+            # compact tensors: 60k rows as Python int lists would take gigabytes per rank
+            rows.append((torch.tensor(ids, dtype=torch.int32), torch.tensor(sup, dtype=torch.bool)))
+    if tokenizer.pad_token_id is None:
+        raise SystemExit("train_fastdllm.py: the tokenizer has no pad token; Fast-dLLM v2 pads with <|endoftext|>")
     try:
         batches = Batches(rows, cfg.batch_size, rank, world, cfg.seed)
     except ValueError as e:

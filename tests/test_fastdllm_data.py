@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 from fastdllm_data import (build_mixture, collate, filter_code_row, filter_math_row, main, prompt_key, read_jsonl,
                            tokenize_conversation, to_messages)

@@ -1,13 +1,12 @@
 """fastdllm_model.py: masks, token shift, relay injection, checkpoints (tiny random Qwen2, no hub)."""
 import json
-import os
 
 import pytest
 import torch
 from safetensors.torch import save_file
 from transformers import Qwen2ForCausalLM
 
-from fastdllm_model import (FastDLLM, bd_training_mask, block_causal_mask, load_fastdllm, make_tiny_fastdllm,
+from fastdllm_model import (bd_training_mask, block_causal_mask, load_fastdllm, make_tiny_fastdllm,
                             make_tiny_tokenizer, save_fastdllm, shift_hidden, shift_logits)
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import train_fastdllm as T
 from configurator import load_config
 from fastdllm_data import collate, tokenize_conversation, toy_conversations
-from fastdllm_model import load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer, shift_hidden
+from fastdllm_model import load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
