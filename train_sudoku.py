@@ -40,7 +40,8 @@ class TrainConfig:
     out_dir: str = "out/sudoku"
     data_dir: str = "data/sudoku"
     eval_interval: int = 5000  # steps between validations and checkpoints; 0 = only at the end
-    eval_puzzles: int = 2048  # first puzzles of the test split used for validation (paper: 51,200)
+    eval_split: str = "val"  # prepared split for validation (the authors validated on the test split)
+    eval_puzzles: int = 2048  # its first puzzles used (paper: 51,200)
     eval_batch_size: int = 512
     log_interval: int = 100
     resume: bool = False  # continue out_dir/ckpt.pt: model, EMA, optimizer, step, RNG, data position, buffer
@@ -68,6 +69,7 @@ class TrainConfig:
     # optimisation
     batch_size: int = 512  # global: split over DDP ranks
     max_iters: int = 300_000
+    max_minutes: float = 0.0  # also stop after this much training time (evaluation excluded); 0 = no limit
     learning_rate: float = 5e-4
     weight_decay: float = 0.01
     beta1: float = 0.9
@@ -327,7 +329,7 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
     x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
     if master and cfg.eval_puzzles > 0:
-        val_data = val_data if val_data is not None else load_split("test", cfg.data_dir)
+        val_data = val_data if val_data is not None else load_split(cfg.eval_split, cfg.data_dir)
         val_q = as_tensor(val_data.question)[: cfg.eval_puzzles]
         val_a = as_tensor(val_data.answer)[: cfg.eval_puzzles]
     else:
@@ -363,12 +365,12 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
                                   betas=(cfg.beta1, cfg.beta2), fused=device_type == "cuda")
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     buffer = RolloutBuffer(local_bs, MASK, cfg.buffer_init) if cfg.objective != "mlm" else None
-    step, pos = 0, 0
+    step, pos, train_seconds = 0, 0, 0.0
     if resume is not None:
         optimizer.load_state_dict(resume["optimizer"])
         if ema is not None and resume.get("ema") is not None:
             ema.load_state_dict(to_device(resume["ema"], device))
-        step, pos = resume["step"], resume["data_pos"]
+        step, pos, train_seconds = resume["step"], resume["data_pos"], resume.get("train_seconds", 0.0)
         ranks = resume["rank_state"]
         if len(ranks) != world:
             raise SystemExit(f"resume: {ckpt_path} was written by {len(ranks)} processes, now {world}; use the same count")
@@ -427,7 +429,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         if master:
             save_atomic({"model": raw_model.state_dict(), "model_config": asdict(mcfg), "config": run_config,
                          "ema": ema.state_dict() if ema else None, "optimizer": optimizer.state_dict(),
-                         "step": step, "data_pos": pos, "rank_state": ranks, "metrics": metrics}, ckpt_path)
+                         "step": step, "data_pos": pos, "train_seconds": train_seconds, "rank_state": ranks,
+                         "metrics": metrics}, ckpt_path)
 
     def log(record: dict) -> None:
         with open(log_path, "a") as f:
@@ -438,8 +441,9 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     order = BatchOrder(len(x0_all), cfg.seed)
     model.train()
     metrics: dict = {}
-    t0, loss_acc, n_acc, new_acc = time.time(), 0.0, 0, 0
-    while step < cfg.max_iters:
+    t0, loss_acc, n_acc, new_acc, log_seconds = time.time(), 0.0, 0, 0, 0.0
+    done = step >= cfg.max_iters
+    while not done:
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -470,20 +474,35 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         step += 1
         loss_acc += loss.detach()
         n_acc += 1
+        done = step >= cfg.max_iters
+        if cfg.max_minutes > 0:
+            out_of_time = torch.tensor(float(train_seconds + time.time() - t0 >= 60 * cfg.max_minutes))
+            if ddp:  # every rank must stop at the same step
+                dist.all_reduce(out_of_time, op=dist.ReduceOp.MAX)
+            done = done or bool(out_of_time)
 
-        if master and (step % cfg.log_interval == 0 or step == cfg.max_iters):
+        log_now = step % cfg.log_interval == 0 or done
+        eval_now = done or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
+        if log_now or eval_now:
+            if device_type == "cuda":
+                torch.cuda.synchronize()
+            elapsed = time.time() - t0
+            train_seconds += elapsed
+            log_seconds += elapsed
+        if log_now:
             loss_val = (loss_acc / n_acc).item()  # the only host sync per log interval
-            dt = (time.time() - t0) / n_acc
+            dt = log_seconds / n_acc
             record = {"step": step, "loss": round(loss_val, 5), "lr": lr, "ms_per_step": round(1000 * dt, 1),
-                      "puzzles_per_s": round(cfg.batch_size / dt, 1)}
+                      "puzzles_per_s": round(cfg.batch_size / dt, 1), "train_seconds": round(train_seconds, 2)}
             line = f"step {step} | loss {loss_val:.4f} | lr {lr:.2e} | {1000 * dt:.0f} ms/step | {cfg.batch_size / dt:.0f} puzzles/s"
             if buffer is not None:
                 record["new_puzzles_per_step"] = float(new_acc) * world / n_acc
                 line += f" | {record['new_puzzles_per_step']:.1f} new puzzles/step"
-            print(line, flush=True)
-            log(record)
-            t0, loss_acc, n_acc, new_acc = time.time(), 0.0, 0, 0
-        if step == cfg.max_iters or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0):
+            if master:
+                print(line, flush=True)
+                log(record)
+            loss_acc, n_acc, new_acc, log_seconds = 0.0, 0, 0, 0.0
+        if eval_now:
             if master:
                 t_eval = time.time()
                 metrics = {"step": step} | evaluate()
@@ -492,7 +511,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
                           f"batch nfe {metrics['batch_nfe']:.2f} | {time.time() - t_eval:.1f} s", flush=True)
                     log({f"val/{k}" if k != "step" else k: v for k, v in metrics.items()})
             save(metrics)
-            t0 = time.time()  # evaluation time is not step time
+        if log_now or eval_now:
+            t0 = time.time()  # evaluation, logging and saving do not count as training time
     if ddp:
         dist.barrier()
     return metrics

@@ -8,4 +8,5 @@ seed = 1
 batch_size = 512
 max_iters = 300_000
 eval_interval = 5000
-eval_puzzles = 51_200  # the authors validate on the first 100 batches x 512 of the test split
+eval_split = "test"  # the authors validate on the first 100 batches x 512 of the test split
+eval_puzzles = 51_200

@@ -114,6 +114,16 @@ def test_resume_equals_uninterrupted_run(tmp_path, objective, extra):
     assert model.config.relay == (objective == "relay")
 
 
+def test_max_minutes_stops_early_and_logs(tmp_path):
+    ckpt = run(tmp_path, "--objective=rollout", "--max_iters=50", "--max_minutes=1e-6", "--eval_interval=0")
+    assert ckpt["step"] == 1 and ckpt["train_seconds"] > 0
+    lines = open(tmp_path / "metrics.jsonl").read().splitlines()
+    import json
+    records = [json.loads(line) for line in lines]
+    assert records[0]["step"] == 1 and "ms_per_step" in records[0] and "new_puzzles_per_step" in records[0]
+    assert records[-1]["step"] == 1 and "val/exact" in records[-1] and "val/batch_nfe" in records[-1]
+
+
 def test_init_from_adds_zero_relay_and_reproduces_parent(tmp_path):
     run(tmp_path / "mlm", "--objective=mlm", "--max_iters=3", "--eval_interval=0")
     parent, _ = load_model(str(tmp_path / "mlm"))  # EMA weights, as init_from_ema=True takes
