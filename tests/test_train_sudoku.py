@@ -217,3 +217,17 @@ def test_tiny_model_learns_easy_sudoku(tmp_path, objective):
             "--warmup_iters=20", "--ema_decay=0.0"]
     ckpt = run(tmp_path, *args, train=train, val=val)
     assert ckpt["metrics"]["exact"] > 0.5, ckpt["metrics"]
+
+
+def test_bench_train_prints_a_row_per_objective(capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_train", os.path.join(ROOT, "bench", "bench_train.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["--device=cpu", "--batch_size=2", "--n_layer=1", "--n_head=2", "--n_embd=16", "--d_ff=32",
+                "--steps=1", "--warmup=1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "ms/step" not in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["mlm", "rollout", "relay_sg", "relay"]
+    assert rows[0].split("|")[4].strip() == "1.00x"
+    with pytest.raises(SystemExit, match="unknown objective"):
+        bench.main(["--objectives=mlm,mdm"])
