@@ -40,6 +40,7 @@ Caches:
     it is exact. Off for the paper's numbers.
 """
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -155,6 +156,7 @@ class GenerateOutput:
     tokens: list[list[int]]  # generated ids per prompt, up to (excluding) the stop token, at most max_new_tokens
     nfe: list[int]  # denoising forwards per prompt (Table 2's NFE)
     stopped: list[bool]  # whether the stop token was generated
+    forwards: int = 0  # denoising forwards run for the whole batch (a forward over several rows counts once)
     trace: list[dict] = field(default_factory=list)  # per denoising forward, when asked for (tests, debugging)
 
     @property
@@ -197,32 +199,31 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     stop_at = torch.full((B,), -1, dtype=torch.long, device=device)  # absolute position of the stop token
     tokens_out: list[list[int] | None] = [None] * B
     records: list[dict] = []
+    n_forwards = 0
     cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
 
-    def forward(ids, start, end, relay_h=None, commit=False, block_end=None, sub=None):
+    def forward(ids, start, end, relay_h=None, commit=False, block_end=None, sub=None, keep_from=None):
         """Forward absolute positions [start, end) of the rows in the batch (or of the rows `sub`); with the
-        cache, attend to the cache up to `block_end` (the active block's end) and write keys at [start, end)."""
+        cache, attend to the cache up to `block_end` (the active block's end) and write keys at [start, end).
+        Returns logits and hidden of positions [keep_from, end) (default: all computed positions)."""
         pos = torch.arange(start, end, device=device)[None]
+        n_last = end - (start if keep_from is None else keep_from)
         if cache is None:  # reference: recompute everything from position 0, block-causal
             assert start == 0
-            mask = block_causal_mask(end, end, bs, device)
-            return model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos)
+            return _forward_last(model, ids, relay_h, block_causal_mask(end, end, bs, device), pos, n_last)
         kv_end = end if block_end is None else block_end
         cache.plan(start, kv_end, commit, sub)
         if end - start > bs:  # prefill: several blocks, block-causal among themselves
             mask = block_causal_mask(end - start, kv_end, bs, device)
         else:  # one block (or part of it) sees the whole prefix and the whole block
             mask = torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=device)
-        return model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos, past_key_values=cache)
+        return _forward_last(model, ids, relay_h, mask, pos, n_last, cache)
 
     # prefill the complete prompt blocks that every row shares
     b0 = int(plen.min()) // bs * bs
     next_logit = None  # logit of position b0-1: predicts the first token of block b0
     if b0 > 0:
-        if cache is not None:
-            out = forward(x[:, :b0], 0, b0, commit=True)
-        else:
-            out = forward(x[:, :b0], 0, b0)
+        out = forward(x[:, :b0], 0, b0, commit=True, keep_from=b0 - 1)
         next_logit = out.logits[:, -1]
 
     steps = range(b0, total, bs)
@@ -271,14 +272,13 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
                     for rows_sub, h in ((torch.nonzero(~has_carry).flatten(), None),
                                         (torch.nonzero(has_carry).flatten(), relay_h)):
                         part = forward(x[rows_sub, start:end], start, end, relay_h=None if h is None else h[rows_sub],
-                                       block_end=b_end, sub=rows_sub)
+                                       block_end=b_end, sub=rows_sub, keep_from=q0)
                         out.put(rows_sub, part, x.shape[0])
                 else:
-                    out = forward(x[:, start:end], start, end, relay_h=relay_h, block_end=b_end)
+                    out = forward(x[:, start:end], start, end, relay_h=relay_h, block_end=b_end, keep_from=q0)
                 full_done = True
-                # logits and hidden of absolute positions [q0, end), shifted within that window
-                logits = out.logits[:, q0 - start:]
-                hidden = out.hidden[:, q0 - start:]
+                n_forwards += 1
+                logits, hidden = out.logits, out.hidden  # positions [q0, end); shifted within that window
                 sub_logits = shift_logits(logits)[:, lo - q0:hi - q0]  # (b, S, V), a fresh tensor
                 sub_logits[..., mask_id] = float("-inf")  # committing MASK would stall decoding (untrained models do it)
                 tok, conf = sample_tokens(sub_logits, temperature, top_p, generator)
@@ -319,12 +319,29 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
             if cache is not None:
                 cache.select(keep)
         if cache is not None:
-            out = forward(x[:, b_start:b_end], b_start, b_end, commit=True)
+            out = forward(x[:, b_start:b_end], b_start, b_end, commit=True, keep_from=b_end - 1)
         else:
-            out = forward(x[:, :b_end], 0, b_end)
+            out = forward(x[:, :b_end], 0, b_end, keep_from=b_end - 1)
         next_logit = out.logits[:, -1]
 
-    return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=(stop_at >= 0).tolist(), trace=records)
+    return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=(stop_at >= 0).tolist(),
+                          forwards=n_forwards, trace=records)
+
+
+def _forward_last(model, ids, relay_h, mask, pos, n_last: int, cache=None):
+    """model(...) but logits and hidden for the last n_last positions only: the lm_head over a 151936-word
+    vocabulary at every prefill or recomputed position would cost time and (B, L, V) memory that decoding
+    never reads (~17% of an uncached forward at the 1.5B shape)."""
+    if not hasattr(model, "embed") or model.config.relay_layer != -1:  # stand-ins, other readout layers
+        out = model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos, past_key_values=cache)
+        return SimpleNamespace(logits=out.logits[:, -n_last:], hidden=out.hidden[:, -n_last:])
+    if model.config._attn_implementation == "eager":  # eager adds the mask to the scores (as FastDLLM.forward)
+        mask = torch.zeros(mask.shape, dtype=model.lm_head.weight.dtype, device=mask.device).masked_fill(
+            ~mask, torch.finfo(model.lm_head.weight.dtype).min)
+    h = model.model(inputs_embeds=model.embed(ids, relay_h), attention_mask=mask, position_ids=pos,
+                    past_key_values=cache, use_cache=False).last_hidden_state[:, -n_last:]
+    # after the final RMSNorm: the relay readout h_s for relay_layer = -1 (design note 4.1), as FastDLLM.forward
+    return SimpleNamespace(logits=model.lm_head(h), hidden=h)
 
 
 class _Merged:
