@@ -328,13 +328,30 @@ def generate_splits(seed: int, sizes: dict[str, int], min_clues: int, max_clues:
     return {s: frames[s] for s in SPLITS}, duplicates
 
 
+def _caused_by(e: BaseException | None, kind: type) -> bool:
+    while e is not None:
+        if isinstance(e, kind):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def load_hub_splits(name: str | None = None) -> dict[str, pd.DataFrame]:
     """The hub data set's train and test splits as frames (a local directory of its files works too, also offline)."""
     name = name or os.environ.get("RELAY_SUDOKU_HF_DATASET") or HUB_DATASET
     import datasets  # slow import, only needed here
 
     try:
-        ds = datasets.load_dataset(name)
+        try:
+            ds = datasets.load_dataset(name)
+        except Exception as e:
+            if not _caused_by(e, OverflowError):
+                raise
+            # sapientinc/sudoku-extreme is CSV: its 81-digit answers look like integers to the type
+            # inference and overflow, so read its four columns as declared text instead
+            text = datasets.Value("string")
+            features = datasets.Features(source=text, question=text, answer=text, rating=datasets.Value("int64"))
+            ds = datasets.load_dataset(name, features=features)
     except Exception as e:  # offline, unknown id, no access: all end the same way for the user
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise SystemExit(f"could not load the Sudoku data set '{name}' ({type(e).__name__}: {first}); "

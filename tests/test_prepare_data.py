@@ -193,6 +193,20 @@ def test_hub_path_offline_against_local_parquet(puzzles, tmp_path, monkeypatch, 
         P.main(["--source=hf", "--out_dir=" + str(tmp_path / "o2")])
 
 
+def test_hub_csv_like_sudoku_extreme_plus_local_derivation(puzzles, tmp_path, monkeypatch):
+    hub = tmp_path / "sudoku-extreme"  # sapientinc's layout: train.csv / test.csv, answers are 81-digit numbers
+    hub.mkdir()
+    cols = ["source", "question", "answer", "rating"]
+    puzzles[cols].iloc[:20].to_csv(hub / "train.csv", index=False)
+    puzzles[cols].iloc[20:26].to_csv(hub / "test.csv", index=False)
+    monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(hub))
+    out = str(tmp_path / "out")
+    P.main(["--source=hf", "--out_dir=" + out, "--n_val=2", "--derive", "--workers=1"])
+    test = P.load_puzzles("test", out)
+    assert list(test.frame["answer"]) == list(puzzles["answer"][20:26])
+    assert test.frame["trajectory"].map(len).min() >= 2 and (test.frame["derive_status"] == "ok").all()
+
+
 def test_derive_one_trajectory_and_solved_pitfall(puzzles, capsys):
     easy = puzzles.iloc[int(np.argmax([81 - q.count(".") for q in puzzles["question"]]))]  # most clues
     r = P.derive_one((easy["question"], easy["answer"], 10.0))
