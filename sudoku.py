@@ -13,8 +13,8 @@ generator. The solver keeps one 9-bit candidate mask per cell, propagates naked 
 hidden singles, and searches depth-first on the cell with the fewest candidates; it
 is plain Python but fast enough to generate tens of thousands of minimal puzzles.
 
-    >>> from sudoku import parse_board, solve, pretty_board
-    >>> print(pretty_board(solve(parse_board("4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"))))
+    from sudoku import parse_board, solve, pretty_board
+    print(pretty_board(solve(parse_board("4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"))))
 """
 import numpy as np
 
