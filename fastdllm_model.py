@@ -147,8 +147,8 @@ class FastDLLM(nn.Module):
         return self.config.mask_token_id
 
     def gradient_checkpointing_enable(self) -> None:
-        # non-reentrant: the relay path makes forward 1 feed forward 2, which reentrant
-        # checkpointing would not recompute correctly
+        # non-reentrant, as in the authors' runs: reentrant checkpointing only sends gradients to inputs
+        # that require grad; tests/test_fastdllm_train.py checks the relay gradients are unchanged
         kwargs = {"use_reentrant": False}
         if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it
             self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
