@@ -497,7 +497,8 @@ def main(argv: list[str] | None = None) -> None:
     cohorts = load_cohorts(args)
     dump = open(args.dump, "w") if args.dump else None
     entries = []
-    names = [label or os.path.join(*os.path.normpath(path).split(os.sep)[-2:]) for (path, _, _), label in zip(ckpts, labels)]
+    names = [f"{label} (seed {config.get('seed', '?')})" if label else os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
+             for (path, _, config), label in zip(ckpts, labels)]
     w = max(len(x) for x in names + ["checkpoint"])
     print(f"{'checkpoint':<{w}} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>7} {'NFE':>6} {'bNFE':>6} "
           f"{'legal%':>7} {'viol':>6} {'vroll':>7} {'cells/f':>7}")

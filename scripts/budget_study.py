@@ -76,7 +76,7 @@ def report(curves: dict[str, list[dict]], marks: list[float]) -> str:
         for m in marks + [math.inf]:
             p = at_minute(points, m)
             cells.append("–" if p is None else f"{100 * p['exact']:.1f}% / {p['nfe']:.1f}"
-                         + (f" ({p['minutes']:.0f} min, step {p['step']})" if m == math.inf else ""))
+                         + (f" ({p['minutes']:.1f} min, step {p['step']})" if m == math.inf else ""))
         lines.append("| " + " | ".join([name] + cells) + " |")
     lines.append("exact match on the validation puzzles / mean NFE per puzzle, at τ = 0.15, EMA weights")
     return "\n".join(lines)

@@ -405,7 +405,7 @@ def test_budget_study_integrates_training_time_from_the_metrics_log(tmp_path):
     assert [p["minutes"] * 60 for p in points] == pytest.approx([3.0, 4.5, 99.0])
     assert at_minute(points, 0.06)["step"] == 20 and at_minute(points, 0.01) is None
     table = report({"Relay, cold": points}, [0.06])
-    assert "| Relay, cold | 10.0% / 30.0 | 50.0% / 10.0 (2 min, step 40) |" in table
+    assert "| Relay, cold | 10.0% / 30.0 | 50.0% / 10.0 (1.6 min, step 40) |" in table
 
 
 @pytest.mark.slow
