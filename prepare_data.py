@@ -706,6 +706,8 @@ def main(argv: list[str] | None = None) -> None:
         splits = {s: pd.read_parquet(os.path.join(args.out_dir, f"{s}.parquet")) for s in SPLITS}
         notes = meta["notes"]
     else:
+        if meta is not None:
+            print(f"{args.out_dir}: holds data built with other arguments (see its meta.json): rebuilding it")
         splits, notes = build(args)
     derived = all({"trajectory", "num_steps", "strategies_used"} <= set(f.columns) for f in splits.values())
     if args.derive and not derived:
