@@ -706,7 +706,7 @@ def main(argv: list[str] | None = None) -> None:
         splits = {s: pd.read_parquet(os.path.join(args.out_dir, f"{s}.parquet")) for s in SPLITS}
         notes = meta["notes"]
     else:
-        if meta is not None:
+        if meta is not None and meta.get("key") != key:
             print(f"{args.out_dir}: holds data built with other arguments (see its meta.json): rebuilding it")
         splits, notes = build(args)
     derived = all({"trajectory", "num_steps", "strategies_used"} <= set(f.columns) for f in splits.values())
