@@ -289,7 +289,7 @@ def _pool_map(fn, items: list, workers: int, desc: str, chunksize: int = 64) -> 
     """fn over items in order, in `workers` processes, with a progress bar; the order makes results worker-count independent."""
     if workers <= 1 or len(items) < 2 * chunksize:
         return [fn(x) for x in tqdm(items, desc=desc, disable=len(items) < 100, leave=False)]
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    with multiprocessing.Pool(workers) as pool:
         return list(tqdm(pool.imap(fn, items, chunksize=chunksize), total=len(items), desc=desc, leave=False))
 
 
