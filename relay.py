@@ -111,9 +111,13 @@ def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
     ranks so that the averaged gradients equal a single process's token mean over the global batch.
     An empty mask gives 0 that is still connected to the graph (every parameter gets a gradient).
     """
-    # CE at every position, weighted by the mask: no boolean indexing, so no host sync and static shapes
-    ce = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction="none")
-    ce = (ce * mask.flatten()).sum()
+    if logits.shape[-1] <= 1024:
+        # small vocabularies (Sudoku): CE everywhere, weighted by the mask; no boolean indexing means
+        # no host sync and static shapes (torch.compile)
+        ce = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction="none")
+        ce = (ce * mask.flatten()).sum()
+    else:  # LLM vocabularies: an fp32 copy of all (B, L, V) logits would be GBs; take the masked rows first
+        ce = F.cross_entropy(logits[mask].float(), targets[mask], reduction="sum")
     count = mask.sum().float()
     if reduce_count is not None:
         count = reduce_count(count)

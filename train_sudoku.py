@@ -159,7 +159,7 @@ class EMA:
 
 def load_split(split: str, data_dir: str):
     """The data engineer's loader: an object with .question / .answer int64 (N, 81) token arrays."""
-    hint = f"run `python prepare_data.py --data_dir={data_dir}` first"
+    hint = f"run `python prepare_data.py --out_dir={data_dir}` first"
     try:
         from prepare_data import load_puzzles
     except ImportError:

@@ -263,3 +263,13 @@ def test_rollout_loss_input_errors():
         rollout_loss(lambda z, h: None, RolloutBuffer(4))
     with pytest.raises(ValueError, match="K must"):
         rollout_loss(lambda z, h: None, (x0, x0, maskable, None), K=0)
+
+
+def test_masked_ce_large_vocabulary_path_agrees():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 7, 2000, generator=g)
+    x0 = torch.randint(0, 2000, (2, 7), generator=g)
+    mask = torch.rand(2, 7, generator=g) < 0.5
+    small = masked_ce(logits[..., :17], x0 % 17, mask)  # the mask-weighted path
+    torch.testing.assert_close(small, F.cross_entropy(logits[..., :17][mask], (x0 % 17)[mask]))
+    torch.testing.assert_close(masked_ce(logits, x0, mask), F.cross_entropy(logits[mask], x0[mask]))
