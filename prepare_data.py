@@ -427,26 +427,27 @@ def derive_one(job: tuple[str, str, float]) -> dict:
     tim = _tim_solver()
     puzzle = tim.Puzzle.from_string(question)
     boards, status = [question], "ok"
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    timer = hasattr(signal, "setitimer")  # Unix; elsewhere puzzles run without a time limit
+    previous = signal.signal(signal.SIGALRM, _on_alarm) if timer else None
     try:
-        signal.setitimer(signal.ITIMER_REAL, time_limit)
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, time_limit)
         # pitfall 7.4: check is_solved() first, a solve_step on a solved board records "Brute Force"
         while not puzzle.is_solved():
             if not puzzle.solve_step():
                 status = "stuck"
                 break
             boards.append("".join(str(v) if v else "." for row in puzzle.grid for v in row))
-        signal.setitimer(signal.ITIMER_REAL, 0)
     except _Timeout:
         status = "timeout"
         puzzle.strategies_used.add("Brute Force")
         boards.append(answer)
     except Exception as e:  # the solver's own checks (e.g. an invalid grid); recorded, never silent
-        signal.setitimer(signal.ITIMER_REAL, 0)
         status = f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     return {"trajectory": boards, "num_steps": len(boards) - 1,
             "strategies_used": sorted(puzzle.strategies_used, key=_strategy_rank), "derive_status": status}
 
