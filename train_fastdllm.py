@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
                     loss_sum += loss.item()
                     l1_sum += out.step_losses[0].item() / grad_accum
                     l2_sum += out.step_losses[-1].item() / grad_accum
-            tokens_seen += x0.numel() * world
+            tokens_seen += x0.numel() * world  # sequence tokens incl. padding, before the [x_t || x_0] doubling
             if use_ds:
                 engine.backward(loss, scale_wrt_gas=False)  # our loss is already scaled for the window
             else:
