@@ -246,3 +246,12 @@ def test_bad_arguments(tiny):
             generate(model, **{"prompts": prompts, **kw})
     with pytest.raises(ValueError, match="relay"):
         generate(make_tiny_fastdllm(use_relay=False), prompts, relay_carry=True)
+
+
+def test_top_p_sampling_is_seeded(tiny):
+    model, prompts = tiny
+    run = lambda seed: generate(model, prompts[:2], max_new_tokens=20, temperature=1.0, top_p=0.9, stop_token_id=-1,
+                                generator=torch.Generator().manual_seed(seed)).tokens
+    a, b, c = run(0), run(0), run(1)
+    assert a == b and a != c
+    assert all(model.config.mask_token_id not in t and len(t) == 20 for t in a)
