@@ -265,12 +265,18 @@ def test_gradient_checkpointing_keeps_relay_gradients_exact():
         if ckpt:
             model.gradient_checkpointing_enable()
         model.train()
+        calls = []
+        mlp_forward = model.model.layers[0].mlp.forward
+        model.model.layers[0].mlp.forward = lambda *a, **k: calls.append(1) or mlp_forward(*a, **k)
         x0, maskable = _batch(2)
         buf = RolloutBuffer(2, mask_id=model.mask_token_id)
         buf.refill(x0, maskable)
         step_fn = T.make_step_fn(model, buf, BD, 64, use_relay=True)
         policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
-        rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id).loss.backward()
+        loss = rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id).loss
+        assert len(calls) == 2  # the two forwards
+        loss.backward()
+        assert len(calls) == (4 if ckpt else 2)  # checkpointing really recomputes both in backward
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and "model.relay_layer_norm.weight" in grads[0]
     for n in grads[0]:
