@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from model import ModelConfig, SudokuTransformer
 from relay import RolloutBuffer, mlm_loss, mlm_masking, rollout_loss, threshold_policy
+from sample import decode
 from sudoku import MASK
 
 OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
@@ -197,32 +198,12 @@ class BatchOrder:
         return np.asarray(rows)
 
 
-def greedy_decode(model, questions: torch.Tensor, tau: float, max_steps: int):  # TODO: remove once sample.py lands
-    x, h, nfe = questions.clone(), None, torch.zeros(len(questions))
-    from relay import confidence_unmask
-    for _ in range(max_steps):
-        cand = x == MASK
-        if not cand.any():
-            break
-        logits, h_out = model(x, h)
-        nfe += cand.any(1).float()
-        x = torch.where(confidence_unmask(logits, cand, tau), logits.argmax(-1), x)
-        h = h_out if model.config.relay else None
-    return x, nfe, nfe
-
-
 @torch.no_grad()
 def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.Tensor, cfg: TrainConfig) -> dict:
     """Exact match and NFE of confidence decoding at eval_tau (design note 4.1)."""
-    device = next(model.parameters()).device
-    try:
-        import sample
-        res = sample.decode(model, questions.long(), tau=cfg.eval_tau, max_steps=cfg.eval_max_steps,
-                            batch_size=cfg.eval_batch_size, relay_carry=True)
-        pred, nfe, batch_nfe = res.pred, res.nfe.float(), res.batch_nfe.float()
-    except ImportError:
-        model.eval()
-        pred, nfe, batch_nfe = greedy_decode(model, questions.long().to(device), cfg.eval_tau, cfg.eval_max_steps)
+    res = decode(model, questions.long(), tau=cfg.eval_tau, max_steps=cfg.eval_max_steps,
+                 batch_size=cfg.eval_batch_size, relay_carry=True)
+    pred, nfe, batch_nfe = res.pred, res.nfe.float(), res.batch_nfe.float()
     exact = (pred.cpu() == answers.long()).all(1).float().mean().item()
     return {"exact": exact, "nfe": nfe.mean().item(), "batch_nfe": batch_nfe.mean().item()}
 
