@@ -370,6 +370,25 @@ def test_cli_puzzle_prints_the_board_filling_in(tmp_path, capsys):
     assert "NOT legal" in capsys.readouterr().out
 
 
+def test_cli_deduction_only_cohort_filters_then_takes_the_first_n(tmp_path, capsys):
+    q, a = make_puzzles(6, seed=12)
+    from sudoku import format_board
+    strategies = [["Brute Force", "Naked Pairs"], ["Naked Pairs"], ["Single Position"], ["X-Wings"], ["Hidden Triples"], []]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"question": format_board(tokens_to_digits(x.numpy())),
+                                        "answer": format_board(tokens_to_digits(y.numpy())), "strategies_used": s}) + "\n"
+                            for x, y, s in zip(q, a, strategies)))
+    out, dump = tmp_path / "r.json", tmp_path / "d.jsonl"
+    sample.main([f"--ckpt={constant_checkpoint(tmp_path / 'c.pt')}", f"--data={path}", "--n=2", "--taus=0.15",
+                 "--cohort=all,deduction_only", f"--out={out}", f"--dump={dump}", "--table"])
+    res = json.loads(out.read_text())["checkpoints"][0]["results"]
+    assert res["all"]["0.15"]["n"] == 2 and res["deduction_only"]["0.15"]["n"] == 2
+    rows = [json.loads(line) for line in dump.read_text().splitlines()]
+    picked = [r["question"] for r in rows if r["cohort"] == "deduction_only"]
+    assert picked == [format_board(tokens_to_digits(q[i].numpy())) for i in (1, 3)]  # rows 0 (brute force), 2 (easy) out
+    assert "Acc (%) deduction-only" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args, message", [
     (["--ckpt={tmp}/missing.pt"], "no checkpoint"),
     (["--ckpt={tmp}/junk.pt"], "cannot read"),
