@@ -7,6 +7,9 @@
     out = generate(model, ids, relay_carry=True, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
     out.tokens, out.nfe  # generated ids per prompt (stop token excluded), denoising forwards per prompt
 
+    python fastdllm_generate.py --model=DIR --relay_carry=True --prompt="Write a function that ..."
+    python fastdllm_generate.py --model=tiny --max_new_tokens=64      # random tiny model, CPU smoke test
+
 The algorithm (design note fastdllm_v2.md section 3):
   - The sequence is cut into blocks of `block_size` (32) absolute positions. Prompts are right-padded
     with MASK, so a short prompt's padding is simply the start of its answer.
@@ -386,3 +389,60 @@ def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, t
         raise ValueError("sub_block_cache=True needs prefix_cache=True (the block's keys live in the prefix cache)")
     if relay_carry and getattr(model, "relay_layer_norm", None) is None:
         raise ValueError("relay_carry=True needs a model with a relay LayerNorm (a Relay checkpoint, use_relay=True)")
+
+
+# -----------------------------------------------------------------------------
+# command line: chat with a checkpoint (python fastdllm_generate.py --model=DIR --prompt="...")
+
+
+@dataclass
+class ChatConfig:
+    model: str = "Efficient-Large-Model/Fast_dLLM_v2_1.5B"  # hub id, checkpoint dir, or "tiny" (random, CPU smoke test)
+    prompt: str = "Write a Python function that returns the n-th Fibonacci number."
+    relay_carry: bool = False  # Relay checkpoints: carry the relay state between denoising forwards
+    threshold: float = 0.85
+    sub_block_size: int = 8
+    max_new_tokens: int = 512
+    temperature: float = 0.0
+    top_p: float = 0.95
+    prefix_cache: bool = True
+    sub_block_cache: bool = False
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model runs in float32)
+
+
+def main(argv: list[str] | None = None) -> str:
+    """One prompt through the chat template, decoded; prints the answer and its NFE."""
+    from configurator import ConfigError, load_config
+    import fastdllm_model
+    try:
+        cfg = load_config(ChatConfig, argv)
+    except ConfigError as e:
+        raise SystemExit(f"config error: {e}")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+    if cfg.dtype not in dtypes:
+        raise SystemExit(f"--dtype must be one of {list(dtypes)}, got '{cfg.dtype}'")
+    try:
+        if cfg.model == "tiny":
+            model, tok = fastdllm_model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed), fastdllm_model.make_tiny_tokenizer()
+        else:
+            model, tok = fastdllm_model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device)
+        text = tok.apply_chat_template([{"role": "user", "content": cfg.prompt}], tokenize=False, add_generation_prompt=True)
+        torch.manual_seed(cfg.seed)
+        out = generate(model.to(device).eval(), [tok(text, add_special_tokens=False)["input_ids"]],
+                       max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold, sub_block_size=cfg.sub_block_size,
+                       temperature=cfg.temperature, top_p=cfg.top_p, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                       prefix_cache=cfg.prefix_cache, sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry,
+                       progress=True)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    answer = tok.decode(out.tokens[0], skip_special_tokens=True)
+    print(answer)
+    print(f"[{len(out.tokens[0])} tokens, NFE {out.nfe[0]}, {'stopped at <|im_end|>' if out.stopped[0] else 'hit max_new_tokens'}]")
+    return answer
+
+
+if __name__ == "__main__":
+    main()

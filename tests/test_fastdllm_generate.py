@@ -255,3 +255,12 @@ def test_top_p_sampling_is_seeded(tiny):
     a, b, c = run(0), run(0), run(1)
     assert a == b and a != c
     assert all(model.config.mask_token_id not in t and len(t) == 20 for t in a)
+
+
+def test_command_line_on_the_tiny_model(capsys):
+    import fastdllm_generate
+    answer = fastdllm_generate.main(["--model=tiny", "--max_new_tokens=16", "--relay_carry=True", "--prompt=hi"])
+    printed = capsys.readouterr().out
+    assert answer in printed and "NFE" in printed
+    with pytest.raises(SystemExit, match="does not exist"):
+        fastdllm_generate.main(["--model=/nonexistent/checkpoint"])
