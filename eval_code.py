@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import pickle
+import resource
 import signal
 import subprocess
 import sys
@@ -263,8 +264,7 @@ with open(out_path, "w") as f:
 
 
 def _limits(memory_gb: float):
-    def apply():  # runs in the child before exec: no core files, bounded memory and file sizes
-        import resource
+    def apply():  # runs in the forked child before exec; no imports here (threads may hold the import lock)
         nbytes = int(memory_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
