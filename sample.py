@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -105,13 +104,14 @@ def _decode_batch(model, x, tau, max_steps, carry, early_exit, record):
         cur = x[rows]
         cand = cur == MASK
         live = cand.any(1)
-        if not bool(live.any()):
+        n_live = int(live.sum())  # the one host sync per step
+        if n_live == 0:
             break
-        if early_exit and not bool(live.all()):
+        if early_exit and n_live < len(rows):
             # finished puzzles leave the batch: no forward pass is spent on them (their h goes too)
-            keep = live
-            rows, cur, cand, live = rows[keep], cur[keep], cand[keep], live[keep]
-            h = h[keep] if h is not None else None
+            rows, cur, cand = rows[live], cur[live], cand[live]
+            h = h[live] if h is not None else None
+            live = live[live]
         logits, h_out = model(cur, h if carry else None)
         commit = confidence_unmask(logits.float(), cand, tau)
         cur = torch.where(commit, logits.argmax(-1), cur)
@@ -159,6 +159,7 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
     carry = relay_carry and bool(getattr(getattr(model, "config", None), "relay", False))
     # bf16 autocast on CUDA as in the authors' evaluation; fp32 on CPU keeps decoding exactly reproducible
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    questions = questions.cpu()  # results live on the CPU; batches go to the model's device one by one
     N = questions.size(0)
     pred = questions.clone().long()
     nfe, batch_nfe, vio = (torch.zeros(N, dtype=torch.long) for _ in range(3))

@@ -32,22 +32,23 @@ SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
 def curve(metrics_path: str) -> list[dict]:
     """Validation points of one run: step, training minutes so far, exact match, NFE, batch NFE.
 
-    Training time is the integral of the logged ms_per_step over steps (train_sudoku.py restarts
-    its step timer after each validation, so validation time is left out); a record's own
-    `train_seconds` is used instead when the training script logs one.
+    Training time (validation excluded) is the `train_seconds` that train_sudoku.py logs with its
+    training record of the same step; without one, the integral of the logged ms_per_step.
     """
     rates, points = [], []  # rates: (last step of the interval, ms per step in it)
     with open(metrics_path) as f:
         records = [json.loads(line) for line in f if line.strip()]
+    logged = {}  # step -> train_seconds of the training records
     for r in records:
         if "ms_per_step" in r:
             rates.append((r["step"], r["ms_per_step"]))
+            if "train_seconds" in r:
+                logged[r["step"]] = r["train_seconds"]
     for r in records:
         if "val/exact" not in r:
             continue
-        if "train_seconds" in r:
-            seconds = r["train_seconds"]
-        else:
+        seconds = r.get("train_seconds", logged.get(r["step"]))
+        if seconds is None:
             seconds, prev = 0.0, 0
             for end, ms in rates:
                 seconds += ms / 1000 * (min(end, r["step"]) - prev)
