@@ -1,6 +1,6 @@
 """Sampler throughput: relay carry on/off x early exit on/off, in one run, printed as a table.
 
-    python bench/bench_sample.py                                    # random xtiny relay model, generated puzzles
+    python bench/bench_sample.py                                    # random xtiny relay model, 512 generated puzzles
     python bench/bench_sample.py --ckpt=out/relay --data=test --n=2048 --device=cuda
     python bench/bench_sample.py --size=tiny --n=64 --batch_size=32 --repeats=1   # seconds, a smoke run
 
@@ -53,10 +53,10 @@ def main() -> None:
     p.add_argument("--data", default="", help="puzzles as for sample.py --data (default: generated)")
     p.add_argument("--data_dir", default="data/sudoku")
     p.add_argument("--size", default="xtiny", choices=("xtiny", "tiny"), help="random model: paper xtiny or d=32")
-    p.add_argument("--n", type=int, default=1024)
+    p.add_argument("--n", type=int, default=512)
     p.add_argument("--batch_size", type=int, default=512)
     p.add_argument("--tau", type=float, default=0.15)
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per setting; the median is reported")
+    p.add_argument("--repeats", type=int, default=2, help="timed runs per setting; the median is reported")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args()
     if args.n < 1 or args.batch_size < 1 or args.repeats < 1:
