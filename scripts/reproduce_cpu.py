@@ -3,6 +3,7 @@ evaluate them over the τ sweep, print the table and draw the Pareto figure. One
 
     python scripts/reproduce_cpu.py                        # 1 seed: ~4 min data + 4 x ~10 min training + eval
     python scripts/reproduce_cpu.py --seeds=1,2,3          # mean ± s.d. over seeds (3x the training time)
+    python scripts/reproduce_cpu.py --minutes=12           # the same wall-clock for every objective
     python scripts/reproduce_cpu.py --smoke                # the whole pipeline at a toy size, ~2 minutes
 
 Steps (each is a plain command, echoed as it runs):
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", default="runs/cpu", help="where the runs, results.json and pareto.png go")
     p.add_argument("--data_dir", default="data/sudoku")
     p.add_argument("--n", type=int, default=2000, help="test puzzles to evaluate (first N, as the paper)")
+    p.add_argument("--minutes", type=float, help="training wall-clock per objective instead of the presets' max_iters")
     p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides, e.g. '--max_iters=800'")
     p.add_argument("--sample_args", default="", help="extra sample.py options, e.g. '--taus=0.1,0.15'")
     p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 30 steps): checks the pipeline only")
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         args.data_dir = args.data_dir if args.data_dir != "data/sudoku" else "data/sudoku_smoke"
         args.n = min(args.n, 64)
         train_args, data_args = SMOKE_TRAIN + train_args, SMOKE_DATA
+    if args.minutes is not None and not args.smoke:
+        train_args = runs.budget_args(args.minutes, None) + train_args
     run_dir, data_dir = os.path.abspath(args.runs), os.path.abspath(args.data_dir)
     t0 = time.time()
 
