@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup_iters", type=int, default=50, help="warmup of the children's fresh optimizer")
     p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides for every run")
     p.add_argument("--sample_args", default="", help="extra sample.py options")
-    p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 30 + 20 steps): checks the pipeline only")
+    p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 30 + 20 steps, 2 seeds): checks the pipeline only")
     args = p.parse_args(argv)
     seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
     train_args, data_args = shlex.split(args.train_args), []

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--minutes", type=float, help="training wall-clock per objective instead of the presets' max_iters")
     p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides, e.g. '--max_iters=800'")
     p.add_argument("--sample_args", default="", help="extra sample.py options, e.g. '--taus=0.1,0.15'")
-    p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 30 steps): checks the pipeline only")
+    p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 20 steps): checks the pipeline only")
     args = p.parse_args(argv)
     seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
     train_args, data_args = shlex.split(args.train_args), []
