@@ -116,6 +116,15 @@ def pick_device(name: str) -> str:
     return "mps" if torch.backends.mps.is_available() else "cpu"
 
 
+def cpu_has_fast_bf16() -> bool:
+    """Linux: does the CPU have bf16 matmul instructions? Without them bf16 autocast is several times slower."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return True  # unknown: trust the user's choice
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def optimizer_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     # As the authors: no decay on anything named bias or norm (LayerNorms incl. the relay LN, FFN biases)
     decay, no_decay = [], []
@@ -361,6 +370,9 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     if master:
         os.makedirs(cfg.out_dir, exist_ok=True)
         print_config(cfg)
+        if use_bf16 and device_type == "cpu" and not cpu_has_fast_bf16():
+            print("warning: dtype=bfloat16 on a CPU without avx512_bf16/amx_bf16 is several times slower than "
+                  "float32 here; use --dtype=float32")
         print(f"{raw_model.num_params():,} parameters | device {device} | {'bf16 autocast' if use_bf16 else 'fp32'}"
               f" | {world} process(es) | {len(x0_all):,} training puzzles")
     if cfg.compile:
