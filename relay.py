@@ -238,6 +238,8 @@ def rollout_loss(step_fn: StepFn, state: "RolloutBuffer | tuple", K: int = 2, va
         through h across the K steps; paper Eq. relay_two_step_gradient for K = 2).
     policy: (detached logits, candidates) -> cells to commit; default threshold_policy() with
         training tau = max(0, 0.15 + 0.1 eps) drawn per step. Fast-dLLM passes block_confidence_unmask.
+    mask_id: the [MASK] token id; reduce_count: see masked_ce (DDP normalisation).
+    Returns RolloutOutput(loss, z, h, step_losses, n_masked, n_committed); call loss.backward().
     Step k: candidates = masked maskable cells of z; L_k = token-mean CE over them; commit the
     policy's cells with their TRUE tokens (teacher forcing; the policy only picks positions).
     """
