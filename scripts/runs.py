@@ -34,10 +34,10 @@ def sh(cmd: list[str], log: str | None = None) -> None:
 
 
 def train_has(key: str) -> bool:
-    """Does train_sudoku.py's TrainConfig have this key? (read from its source: no torch import needed)"""
-    with open(os.path.join(ROOT, "train_sudoku.py")) as f:
-        src = f.read()
-    return f"\n    {key}:" in src
+    """Does train_sudoku.py's TrainConfig have this key?"""
+    import dataclasses
+    from train_sudoku import TrainConfig
+    return key in {f.name for f in dataclasses.fields(TrainConfig)}
 
 
 def budget_args(minutes: float | None, iters: int | None) -> list[str]:
@@ -54,23 +54,20 @@ def budget_args(minutes: float | None, iters: int | None) -> list[str]:
 
 def ensure_data(data_dir: str, prepare: list[str]) -> None:
     """Build the Sudoku data with prepare_data.py unless data_dir already has the test split."""
-    if os.path.exists(os.path.join(ROOT, data_dir, "test.parquet")) or os.path.exists(os.path.join(data_dir, "test.parquet")):
-        return
-    sh([sys.executable, "prepare_data.py", f"--out_dir={data_dir}", *prepare])
+    if not os.path.exists(os.path.join(os.path.abspath(data_dir), "test.parquet")):
+        sh([sys.executable, "prepare_data.py", f"--out_dir={os.path.abspath(data_dir)}", *prepare])
 
 
 def has_derived_fields(data_dir: str) -> bool:
     """Does the test split carry the solver fields the deduction-only cohort needs?"""
     import pyarrow.parquet as pq
-    path = os.path.join(data_dir, "test.parquet")
-    path = path if os.path.isabs(path) else os.path.join(ROOT, path)
-    return "strategies_used" in pq.read_schema(path).names
+    return "strategies_used" in pq.read_schema(os.path.join(os.path.abspath(data_dir), "test.parquet")).names
 
 
 def train(objective: str, out_dir: str, seed: int, args: list[str]) -> str:
     """Train one run into out_dir (skipped when an identical run already finished there); returns out_dir."""
     cmd = [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
-    full = os.path.join(ROOT, out_dir) if not os.path.isabs(out_dir) else out_dir
+    full = os.path.abspath(out_dir)
     marker = os.path.join(full, "DONE.json")
     if os.path.exists(marker):
         with open(marker) as f:
@@ -90,14 +87,15 @@ def train(objective: str, out_dir: str, seed: int, args: list[str]) -> str:
 def evaluate(ckpts: list[str], labels: list[str] | None, data_dir: str, n: int, out: str, plot: str,
              cohorts: str = "all", extra: list[str] = ()) -> dict:
     """sample.py over the τ sweep: prints the per-τ lines and the table, writes `out` and `plot`."""
+    out = os.path.abspath(out)
     cmd = [sys.executable, "sample.py", f"--ckpt={','.join(ckpts)}", "--data=test", f"--data_dir={data_dir}",
            f"--n={n}", f"--cohort={cohorts}", f"--out={out}", "--table", *extra]
     if plot:
-        cmd.append(f"--plot={plot}")
+        cmd.append(f"--plot={os.path.abspath(plot)}")
     if labels:
         cmd.append(f"--labels={','.join(labels)}")
     sh(cmd)
-    with open(os.path.join(ROOT, out) if not os.path.isabs(out) else out) as f:
+    with open(os.path.abspath(out)) as f:
         return json.load(f)
 
 
