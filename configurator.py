@@ -10,6 +10,7 @@ config dataclass, one field per line.
 """
 import ast
 import dataclasses
+import os
 import sys
 import typing
 from typing import Any, TypeVar
@@ -48,6 +49,10 @@ def load_config(cls: type[T], argv: list[str] | None = None) -> T:
     argv = sys.argv[1:] if argv is None else argv
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
+    if "-h" in argv or "--help" in argv:
+        print(f"usage: {os.path.basename(sys.argv[0])} [preset.py ...] [--key=value ...]\nkeys and defaults:")
+        print_config(cls())
+        raise SystemExit(0)
     values: dict[str, Any] = {}
 
     def set_value(key: str, value: Any, origin: str) -> None:

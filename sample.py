@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -485,7 +486,19 @@ def show_puzzle(path: str, model: torch.nn.Module, text: str, tau: float, max_st
     print(f"\n{res.nfe[0].item()} forward passes; {verdict}; {unique}")
 
 
+# Fast-dLLM v2 (block diffusion with KV cache) lives in its own files; sample.py is the one entry point.
+FASTDLLM_COMMANDS = {
+    "fastdllm": "fastdllm_generate",  # python sample.py fastdllm --model=DIR --prompt="..." [--relay_carry=True]
+    "code_eval": "eval_code",  # python sample.py code_eval --model=DIR --data_path=HumanEvalPlus.jsonl.gz
+}
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in FASTDLLM_COMMANDS:
+        import importlib
+        importlib.import_module(FASTDLLM_COMMANDS[argv[0]]).main(argv[1:])
+        return
     args = get_args(argv)
     ckpts = load_checkpoints(args.ckpt, args.device, args.ema)
     if args.puzzle:

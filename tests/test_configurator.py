@@ -1,0 +1,46 @@
+"""configurator.load_config: presets, overrides, and the errors that keep a typo from training silently."""
+from dataclasses import dataclass
+
+import pytest
+
+from configurator import ConfigError, load_config
+
+
+@dataclass
+class Cfg:
+    name: str = "run"
+    steps: int = 10
+    lr: float = 1e-3
+    compile: bool = False
+
+
+def test_preset_then_overrides_in_order(tmp_path):
+    preset = tmp_path / "p.py"
+    preset.write_text("steps = 500\nlr = 2e-4\nimport math  # modules are not config keys\n")
+    cfg = load_config(Cfg, [str(preset), "--steps=7", "--name=relay_s2", "--compile=True"])
+    assert cfg == Cfg(name="relay_s2", steps=7, lr=2e-4, compile=True)
+
+
+def test_int_accepted_for_float_but_not_the_reverse():
+    assert load_config(Cfg, ["--lr=1"]).lr == 1.0
+    with pytest.raises(ConfigError, match="'steps' expects int"):
+        load_config(Cfg, ["--steps=1.5"])
+
+
+def test_unknown_key_and_bad_forms_are_errors(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config key 'stesp'"):
+        load_config(Cfg, ["--stesp=3"])
+    with pytest.raises(ConfigError, match="--key=value"):
+        load_config(Cfg, ["--compile"])
+    with pytest.raises(ConfigError, match="True/False"):
+        load_config(Cfg, ["--compile=1"])
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(Cfg, [str(tmp_path / "missing.py")])
+
+
+def test_help_lists_the_keys(capsys):
+    with pytest.raises(SystemExit) as e:
+        load_config(Cfg, ["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "steps" in out and "= 10" in out
