@@ -15,7 +15,7 @@ last block's output *before* the final LayerNorm of the previous step. 7,106,304
 (untied); 7,105,536 without relay; tying the head to the embedding saves 6,528.
 """
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -174,7 +174,3 @@ def load_model(path: str, device: str = "cpu", ema: bool = True) -> tuple[Sudoku
                 p.copy_(ckpt["ema"]["shadow"][name])
     model.to(device).eval()
     return model, dict(ckpt.get("config", {}))
-
-
-def model_config_dict(model: SudokuTransformer) -> dict:
-    return asdict(model.config)
