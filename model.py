@@ -105,7 +105,10 @@ class SudokuTransformer(nn.Module):
         super().__init__()
         self.config = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd, padding_idx=0)
-        self.pos_emb = nn.Parameter(0.02 * torch.randn(cfg.block_size, cfg.n_embd)) if cfg.pos_emb else None
+        # positions on the token embedding's scale (N(0, 1), or N(0, 1/sqrt(d)) when tied): a much smaller
+        # init leaves the cell index drowned by the token vector, and small CPU runs then learn far slower
+        pos_std = cfg.n_embd ** -0.5 if cfg.tie_embeddings else 1.0
+        self.pos_emb = nn.Parameter(pos_std * torch.randn(cfg.block_size, cfg.n_embd)) if cfg.pos_emb else None
         # gamma = 1 from scratch (paper App. A.1); init_from a plain parent sets zero_init instead
         self.relay_norm = RelayLayerNorm(cfg.n_embd, eps=1e-5) if cfg.relay else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
