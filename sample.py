@@ -368,8 +368,10 @@ def _floats(text: str) -> tuple[float, ...]:
 def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Evaluate Sudoku checkpoints: τ sweep, Table 1, Pareto figure, "
                                 "or one puzzle step by step.", allow_abbrev=False)
-    p.add_argument("--ckpt", required=True, help="checkpoint out_dir(s) or .pt file(s), comma-separated; "
+    p.add_argument("--ckpt", default="", help="checkpoint out_dir(s) or .pt file(s), comma-separated; "
                    "checkpoints with the same objective and tying are seeds of one method")
+    p.add_argument("--results", default="", help="earlier --out JSON file(s), comma-separated: their checkpoints join "
+                   "the table, the plot and --out without decoding again (e.g. one file per seed)")
     p.add_argument("--labels", default="", help="method name per checkpoint, comma-separated (default: objective "
                    "and tying from the run config); checkpoints with the same label are seeds of one method")
     p.add_argument("--ema", type=_bool, default=True, help="use the EMA weights (as the paper's evaluation did)")
@@ -392,6 +394,10 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot_nfe", default="mean_nfe", choices=("mean_nfe", "batch_nfe"), help="x axis of --plot")
     p.add_argument("--dump", default="", help="per-puzzle JSONL at --tau: question, answer, prediction, nfe, boards")
     args = p.parse_args(argv)
+    if not args.ckpt and not args.results:
+        raise SystemExit("give --ckpt=RUN[,RUN...] to evaluate and/or --results=FILE[,FILE...] to merge earlier results")
+    if args.puzzle and not args.ckpt:
+        raise SystemExit("--puzzle needs --ckpt")
     args.cohort = [c.strip() for c in args.cohort.split(",") if c.strip()]
     for c in args.cohort:
         if c not in ("all", "deduction_only"):
@@ -486,6 +492,28 @@ def show_puzzle(path: str, model: torch.nn.Module, text: str, tau: float, max_st
     print(f"\n{res.nfe[0].item()} forward passes; {verdict}; {unique}")
 
 
+def load_results(spec: str, args: argparse.Namespace) -> list[dict]:
+    """Checkpoint entries of earlier --out files; they must come from the same puzzles as this run."""
+    entries = []
+    for path in [s.strip() for s in spec.split(",") if s.strip()]:
+        try:
+            with open(path) as f:
+                saved = json.load(f)
+            found = saved["checkpoints"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"--results {path}: not a sample.py --out file ({type(e).__name__})") from None
+        for key in ("data", "n", "max_steps", "ema", "relay_carry"):
+            if key in saved and saved[key] != getattr(args, key):
+                raise SystemExit(f"--results {path}: computed with {key}={saved[key]!r} but this run has "
+                                 f"{key}={getattr(args, key)!r}; results from different settings do not compare")
+        missing = [t for t in args.taus if not any(tau_key(t) in e["results"].get(c, {}) for e in found for c in e["results"])]
+        if missing:
+            raise SystemExit(f"--results {path}: has no results at τ = {', '.join(f'{t:g}' for t in missing)}; "
+                             f"pass the τ values it has with --taus")
+        entries.extend(found)
+    return entries
+
+
 # Fast-dLLM v2 (block diffusion with KV cache) lives in its own files; sample.py is the one entry point.
 FASTDLLM_COMMANDS = {
     "fastdllm": "fastdllm_generate",  # python sample.py fastdllm --model=DIR --prompt="..." [--relay_carry=True]
@@ -500,7 +528,8 @@ def main(argv: list[str] | None = None) -> None:
         importlib.import_module(FASTDLLM_COMMANDS[argv[0]]).main(argv[1:])
         return
     args = get_args(argv)
-    ckpts = load_checkpoints(args.ckpt, args.device, args.ema)
+    earlier = load_results(args.results, args) if args.results else []
+    ckpts = load_checkpoints(args.ckpt, args.device, args.ema) if args.ckpt else []
     if args.puzzle:
         for path, model, _ in ckpts:
             show_puzzle(path, model, args.puzzle, args.tau, args.max_steps, args.relay_carry)
@@ -508,9 +537,9 @@ def main(argv: list[str] | None = None) -> None:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else [""] * len(ckpts)
     if len(labels) != len(ckpts):
         raise SystemExit(f"--labels: {len(labels)} labels for {len(ckpts)} checkpoints; give one per checkpoint")
-    cohorts = load_cohorts(args)
-    dump = open(args.dump, "w") if args.dump else None
-    entries = []
+    cohorts = load_cohorts(args) if ckpts else {}
+    dump = open(args.dump, "w") if args.dump and ckpts else None
+    entries = list(earlier)
     names = [f"{label} (seed {config.get('seed', '?')})" if label else os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
              for (path, _, config), label in zip(ckpts, labels)]
     w = max(len(x) for x in names + ["checkpoint"])

@@ -16,6 +16,7 @@ import torch.nn as nn
 
 import sample
 from model import ModelConfig, SudokuTransformer
+from scripts import runs
 from sudoku import DIGIT0, MASK, count_violations_batch, digits_to_tokens, random_grid, tokens_to_digits
 
 
@@ -353,6 +354,28 @@ def test_cli_writes_json_table_plot_and_dump(tmp_path, capsys):
     assert "| MLM | untied | 2 |" in table and "| Relay | untied | 2 |" in table
 
 
+def test_cli_merges_earlier_results_without_decoding_again(tmp_path, capsys):
+    data = puzzle_csv(tmp_path / "p.csv")
+    common = [f"--data={data}", "--n=4", "--taus=0.05,0.15", "--batch_size=3"]
+    for seed in (0, 1):  # one file per seed, as when seeds are evaluated as they finish
+        ckpts = [constant_checkpoint(tmp_path / f"{o}{seed}.pt", objective=o, seed=seed) for o in ("mlm", "relay")]
+        sample.main([f"--ckpt={','.join(ckpts)}", *common, f"--out={tmp_path / f's{seed}.json'}"])
+    both = json.loads((tmp_path / "s0.json").read_text())["checkpoints"] + json.loads((tmp_path / "s1.json").read_text())["checkpoints"]
+    capsys.readouterr()
+    merged = tmp_path / "all.json"
+    sample.main([f"--results={tmp_path / 's0.json'},{tmp_path / 's1.json'}", *common, f"--out={merged}", "--table",
+                 f"--plot={tmp_path / 'p.png'}"])
+    out = capsys.readouterr().out
+    assert json.loads(merged.read_text())["checkpoints"] == both  # copied, not recomputed
+    assert "| MLM | untied | 2 |" in out and "| Relay | untied | 2 |" in out and (tmp_path / "p.png").exists()
+    with pytest.raises(SystemExit, match="n=4 but this run has n=3"):
+        sample.main([f"--results={merged}", f"--data={data}", "--n=3", "--taus=0.05,0.15"])
+    with pytest.raises(SystemExit, match="no results at τ = 0.25"):
+        sample.main([f"--results={merged}", *common[:2], "--taus=0.15,0.25"])
+    with pytest.raises(SystemExit, match="give --ckpt"):
+        sample.main(["--table"])
+
+
 def test_cli_puzzle_prints_the_board_filling_in(tmp_path, capsys):
     ckpt = constant_checkpoint(tmp_path / "c.pt", digit=5, conf=0.9)
     sol = random_grid(np.random.default_rng(3))
@@ -435,3 +458,18 @@ def test_reproduce_cpu_smoke_runs_end_to_end(tmp_path):
     results = json.loads((tmp_path / "runs" / "results.json").read_text())
     assert [e["config"]["objective"] for e in results["checkpoints"]] == list(sample.OBJECTIVE_NAMES)
     assert (tmp_path / "runs" / "pareto.png").exists() and "| Relay |" in (tmp_path / "runs" / "table.md").read_text()
+
+
+@pytest.mark.slow
+def test_compare_adaptation_reuses_parents_and_matches_compute(tmp_path):
+    """Smoke run trains parents; a second run adapts those parents: the MLM child gets 2x the K = 2 steps."""
+    from scripts import compare_adaptation
+    data = f"--data_dir={tmp_path / 'data'}"
+    compare_adaptation.main(["--smoke", "--objectives=relay", f"--runs={tmp_path / 'a'}", data])
+    compare_adaptation.main(["--smoke", "--objectives=mlm,relay", f"--runs={tmp_path / 'b'}", data,
+                             f"--parent_from={tmp_path / 'a'}/s{{seed}}/parent_mlm"])
+    assert not (tmp_path / "b" / "s1" / "parent_mlm").exists()  # reused, not retrained
+    steps = {o: runs.checkpoint_step(str(tmp_path / "b" / "s1" / o)) for o in ("mlm", "relay")}
+    assert steps == {"mlm": 40, "relay": 20}
+    labels = [e["label"] for e in json.loads((tmp_path / "b" / "results.json").read_text())["checkpoints"]]
+    assert "MLM (30 steps MLM +40 steps)" in labels and "Relay (30 steps MLM +20 steps)" in labels
