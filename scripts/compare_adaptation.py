@@ -3,12 +3,17 @@ for M minutes each with MLM, Rollout, Relay (sg) and Relay; evaluate all over th
 
     python scripts/compare_adaptation.py --parent_minutes=15 --minutes=10 --seeds=1,2,3
     python scripts/compare_adaptation.py --parent_iters=1500 --iters=500 --seeds=1,2,3    # step budgets
+    python scripts/compare_adaptation.py --parent_from=runs/cpu/mlm_s{seed} --iters=100 --seeds=1,2,3
+                 # parents = reproduce_cpu.py's MLM runs; children: 100 K=2 steps, the MLM child 200 steps
     python scripts/compare_adaptation.py --smoke                                          # toy size, ~3 minutes
 
 Wall time is about seeds x (N + 4 M) minutes plus evaluation. Per seed S (runs in --runs):
   s<S>/parent_mlm     python train_sudoku.py config/cpu_mlm.py --seed=S --max_minutes=N
   s<S>/<objective>    python train_sudoku.py config/cpu_<objective>.py --seed=S --max_minutes=M --init_from=s<S>/parent_mlm
 (relay objectives add their relay LayerNorm at zero, so they start exactly at the parent's function.)
+With step budgets the MLM child gets --mlm_iters (default 2 x --iters), because a K = 2 step costs two
+forwards and one backward through both: 2.0x an MLM step (bench/bench_train.py, README). So the children
+are compute-matched either way. --parent_from reuses finished MLM runs as parents instead of training them.
 Then sample.py evaluates the parents (the "no adaptation" reference) and the four children of every
 seed on the same test puzzles: results.json, table.md and pareto.png in --runs.
 """
@@ -33,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--minutes", type=float, help="adaptation budget M per objective (wall-clock)")
     p.add_argument("--parent_iters", type=int, help="MLM pretraining budget in steps (instead of minutes)")
     p.add_argument("--iters", type=int, help="adaptation budget in steps (instead of minutes)")
+    p.add_argument("--mlm_iters", type=int, help="the MLM child's steps with --iters (default 2 x --iters: compute-matched)")
+    p.add_argument("--parent_from", help="existing MLM run per seed instead of training parents, e.g. runs/cpu/mlm_s{seed}")
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--objectives", default=",".join(runs.OBJECTIVES), help="the children trained from each parent")
     p.add_argument("--runs", default="runs/adapt")
@@ -58,21 +65,29 @@ def main(argv: list[str] | None = None) -> None:
         args.minutes = 10.0
     parent_budget = runs.budget_args(args.parent_minutes, args.parent_iters)
     child_budget = runs.budget_args(args.minutes, args.iters)
+    mlm_budget = child_budget if args.iters is None else runs.budget_args(None, args.mlm_iters or 2 * args.iters)
     run_dir, data_dir = os.path.abspath(args.runs), os.path.abspath(args.data_dir)
     t0 = time.time()
 
     runs.ensure_data(data_dir, data_args)
     parents, children, labels = [], [], []
     spent = (f"{args.parent_minutes:g} min" if args.parent_minutes is not None else f"{args.parent_iters} steps")
-    more = (f"+{args.minutes:g} min" if args.minutes is not None else f"+{args.iters} steps")
     for seed in seeds:
         common = [f"--data_dir={data_dir}", *train_args]
-        parent = runs.train("mlm", os.path.join(run_dir, f"s{seed}", "parent_mlm"), seed, parent_budget + common)
+        if args.parent_from:
+            parent = args.parent_from.format(seed=seed)
+            if not os.path.exists(os.path.join(parent, "ckpt.pt")):
+                raise SystemExit(f"--parent_from: no finished run at {parent} (ckpt.pt missing)")
+            spent = f"{runs.checkpoint_step(parent)} steps"
+        else:
+            parent = runs.train("mlm", os.path.join(run_dir, f"s{seed}", "parent_mlm"), seed, parent_budget + common)
         parents.append(parent)
         for objective in objectives:
+            budget = mlm_budget if objective == "mlm" else child_budget
             child = runs.train(objective, os.path.join(run_dir, f"s{seed}", objective), seed,
-                               child_budget + common + [f"--init_from={parent}", f"--warmup_iters={args.warmup_iters}"])
+                               budget + common + [f"--init_from={parent}", f"--warmup_iters={args.warmup_iters}"])
             children.append(child)
+            more = f"+{args.minutes:g} min" if args.minutes is not None else f"+{budget[0].split('=')[1]} steps"
             labels.append(f"{NAMES[objective]} ({spent} MLM {more})")
     t_train = time.time() - t0
     cohorts = "all,deduction_only" if runs.has_derived_fields(data_dir) else "all"

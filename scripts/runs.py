@@ -99,6 +99,12 @@ def evaluate(ckpts: list[str], labels: list[str] | None, data_dir: str, n: int, 
         return json.load(f)
 
 
+def checkpoint_step(run_dir: str) -> int:
+    """The step a finished train_sudoku.py run saved its checkpoint at."""
+    import torch
+    return int(torch.load(os.path.join(run_dir, "ckpt.pt"), map_location="cpu", weights_only=False)["step"])
+
+
 def int_list(text: str) -> list[int]:
     try:
         return [int(t) for t in text.split(",") if t.strip()]
