@@ -543,8 +543,9 @@ def main(argv: list[str] | None = None) -> None:
     names = [f"{label} (seed {config.get('seed', '?')})" if label else os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
              for (path, _, config), label in zip(ckpts, labels)]
     w = max(len(x) for x in names + ["checkpoint"])
-    print(f"{'checkpoint':<{w}} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>7} {'NFE':>6} {'bNFE':>6} "
-          f"{'legal%':>7} {'viol':>6} {'vroll':>7} {'cells/f':>7}")
+    if ckpts:
+        print(f"{'checkpoint':<{w}} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>7} {'NFE':>6} {'bNFE':>6} "
+              f"{'legal%':>7} {'viol':>6} {'vroll':>7} {'cells/f':>7}")
     for (path, model, config), label, name in zip(ckpts, labels, names):
         entry = {"path": path, "label": label, "config": config, "results": {}}
         for cohort, (q, a) in cohorts.items():
