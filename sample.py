@@ -396,8 +396,8 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.ckpt and not args.results:
         raise SystemExit("give --ckpt=RUN[,RUN...] to evaluate and/or --results=FILE[,FILE...] to merge earlier results")
-    if args.puzzle and not args.ckpt:
-        raise SystemExit("--puzzle needs --ckpt")
+    if (args.puzzle or args.dump) and not args.ckpt:
+        raise SystemExit("--puzzle and --dump need --ckpt (merged --results hold no boards)")
     args.cohort = [c.strip() for c in args.cohort.split(",") if c.strip()]
     for c in args.cohort:
         if c not in ("all", "deduction_only"):
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(labels) != len(ckpts):
         raise SystemExit(f"--labels: {len(labels)} labels for {len(ckpts)} checkpoints; give one per checkpoint")
     cohorts = load_cohorts(args) if ckpts else {}
-    dump = open(args.dump, "w") if args.dump and ckpts else None
+    dump = open(args.dump, "w") if args.dump else None
     entries = list(earlier)
     names = [f"{label} (seed {config.get('seed', '?')})" if label else os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
              for (path, _, config), label in zip(ckpts, labels)]

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
         args.minutes = 10.0
     parent_budget = runs.budget_args(args.parent_minutes, args.parent_iters)
     child_budget = runs.budget_args(args.minutes, args.iters)
-    mlm_budget = child_budget if args.iters is None else runs.budget_args(None, args.mlm_iters or 2 * args.iters)
+    mlm_iters = None if args.iters is None else args.mlm_iters or 2 * args.iters
+    mlm_budget = child_budget if mlm_iters is None else runs.budget_args(None, mlm_iters)
     run_dir, data_dir = os.path.abspath(args.runs), os.path.abspath(args.data_dir)
     t0 = time.time()
 
@@ -83,11 +84,13 @@ def main(argv: list[str] | None = None) -> None:
             parent = runs.train("mlm", os.path.join(run_dir, f"s{seed}", "parent_mlm"), seed, parent_budget + common)
         parents.append(parent)
         for objective in objectives:
-            budget = mlm_budget if objective == "mlm" else child_budget
+            is_mlm = objective == "mlm"
             child = runs.train(objective, os.path.join(run_dir, f"s{seed}", objective), seed,
-                               budget + common + [f"--init_from={parent}", f"--warmup_iters={args.warmup_iters}"])
+                               (mlm_budget if is_mlm else child_budget) + common
+                               + [f"--init_from={parent}", f"--warmup_iters={args.warmup_iters}"])
             children.append(child)
-            more = f"+{args.minutes:g} min" if args.minutes is not None else f"+{budget[0].split('=')[1]} steps"
+            more = (f"+{args.minutes:g} min" if args.minutes is not None
+                    else f"+{mlm_iters if is_mlm else args.iters} steps")
             labels.append(f"{NAMES[objective]} ({spent} MLM {more})")
     t_train = time.time() - t0
     cohorts = "all,deduction_only" if runs.has_derived_fields(data_dir) else "all"

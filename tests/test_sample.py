@@ -374,6 +374,8 @@ def test_cli_merges_earlier_results_without_decoding_again(tmp_path, capsys):
         sample.main([f"--results={merged}", *common[:2], "--taus=0.15,0.25"])
     with pytest.raises(SystemExit, match="give --ckpt"):
         sample.main(["--table"])
+    with pytest.raises(SystemExit, match="--dump need --ckpt"):
+        sample.main([f"--results={merged}", *common, f"--dump={tmp_path / 'd.jsonl'}"])
 
 
 def test_cli_puzzle_prints_the_board_filling_in(tmp_path, capsys):
