@@ -288,6 +288,19 @@ def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
 # training
 
 
+
+def drop_records_after(log_path: str, step: int) -> None:
+    """Forget the log lines of steps after the checkpoint: a run killed between two checkpoints logged
+    steps it is about to redo, and metrics.jsonl must list every step once."""
+    if not os.path.exists(log_path):
+        return
+    with open(log_path) as f:
+        lines = [line for line in f if line.strip()]
+    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    if len(kept) < len(lines):
+        with open(log_path, "w") as f:
+            f.writelines(kept)
+
 def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     """Run (or resume) training; returns the last metrics. train_data / val_data: objects with
     .question and .answer (N, 81) token arrays; default: prepare_data.load_puzzles from data_dir."""
@@ -370,6 +383,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         set_rng_state(ranks[rank]["rng"], gen, device)
         if buffer is not None and ranks[rank]["buffer"] is not None:
             buffer.load_state_dict(to_device(ranks[rank]["buffer"], device))
+        if master:
+            drop_records_after(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
     if master:
         os.makedirs(cfg.out_dir, exist_ok=True)
         print_config(cfg)

@@ -1,5 +1,6 @@
 """Shared plumbing of the experiment drivers: run a command with its output teed to a log, train one
-run unless an identical finished one is already there, evaluate checkpoints with sample.py.
+run unless an identical finished one is already there (resuming an interrupted one), evaluate
+checkpoints with sample.py.
 
 Every run is a `python train_sudoku.py config/cpu_<objective>.py ...` subprocess, so a driver does
 nothing a user could not type by hand; the commands are echoed as they start.
@@ -65,22 +66,35 @@ def has_derived_fields(data_dir: str) -> bool:
 
 
 def train(objective: str, out_dir: str, seed: int, args: list[str]) -> str:
-    """Train one run into out_dir (skipped when an identical run already finished there); returns out_dir."""
+    """Train one run into out_dir; returns out_dir. A run that already finished with the same command
+    is skipped; one that was interrupted (killed, out of session time) resumes from its last checkpoint,
+    so a long study can be stopped and restarted. Anything else in out_dir is replaced."""
     cmd = [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
     full = os.path.abspath(out_dir)
-    marker = os.path.join(full, "DONE.json")
-    if os.path.exists(marker):
+    done, started = os.path.join(full, "DONE.json"), os.path.join(full, "STARTED.json")
+
+    def same_command(marker: str) -> bool:
+        if not os.path.exists(marker):
+            return False
         with open(marker) as f:
-            if json.load(f).get("cmd") == cmd[1:]:
-                print(f"{out_dir}: already trained with the same command, skipped (delete it to retrain)")
-                return out_dir
-    if os.path.exists(full):
-        shutil.rmtree(full)  # a fresh start: train_sudoku.py appends to metrics.jsonl
-    os.makedirs(full)
+            return json.load(f).get("cmd") == cmd[1:]
+
+    if same_command(done):
+        print(f"{out_dir}: already trained with the same command, skipped (delete it to retrain)")
+        return out_dir
+    resume = same_command(started) and os.path.exists(os.path.join(full, "ckpt.pt"))
+    if resume:
+        print(f"{out_dir}: interrupted run of the same command, resuming from its checkpoint")
+    else:
+        if os.path.exists(full):
+            shutil.rmtree(full)  # a fresh start: train_sudoku.py appends to metrics.jsonl
+        os.makedirs(full)
+        with open(started, "w") as f:
+            json.dump({"cmd": cmd[1:]}, f)
     t0 = time.time()
-    sh(cmd, log=os.path.join(full, "train.log"))
-    with open(marker, "w") as f:
-        json.dump({"cmd": cmd[1:], "seconds": round(time.time() - t0, 1)}, f)
+    sh(cmd + (["--resume=True"] if resume else []), log=os.path.join(full, "train.log"))
+    with open(done, "w") as f:
+        json.dump({"cmd": cmd[1:], "seconds": round(time.time() - t0, 1), "resumed": resume}, f)
     return out_dir
 
 

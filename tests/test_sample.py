@@ -6,6 +6,7 @@ Most tests use scripted models (logits built from a rule, so confidences are exa
 a few use a tiny real SudokuTransformer.
 """
 import json
+import os
 import math
 from types import SimpleNamespace
 
@@ -475,3 +476,27 @@ def test_compare_adaptation_reuses_parents_and_matches_compute(tmp_path):
     assert steps == {"mlm": 40, "relay": 20}
     labels = [e["label"] for e in json.loads((tmp_path / "b" / "results.json").read_text())["checkpoints"]]
     assert "MLM (30 steps MLM +40 steps)" in labels and "Relay (30 steps MLM +20 steps)" in labels
+
+
+def test_driver_resumes_an_interrupted_run_and_skips_a_finished_one(tmp_path, monkeypatch):
+    """runs.train: killed mid-run -> the same command resumes from ckpt.pt; finished -> skipped;
+    another command -> a fresh run. Training is faked: only the driver's bookkeeping is under test."""
+    calls = []
+
+    def fake_sh(cmd, log=None):
+        calls.append(cmd)
+        open(os.path.join(out, "ckpt.pt"), "w").close()
+        if len(calls) == 1:
+            raise SystemExit("killed")
+
+    monkeypatch.setattr(runs, "sh", fake_sh)
+    out = str(tmp_path / "relay_s1")
+    with pytest.raises(SystemExit):
+        runs.train("relay", out, 1, ["--max_minutes=60"])
+    assert not os.path.exists(os.path.join(out, "DONE.json"))
+    runs.train("relay", out, 1, ["--max_minutes=60"])
+    assert calls[1] == calls[0] + ["--resume=True"]
+    runs.train("relay", out, 1, ["--max_minutes=60"])
+    assert len(calls) == 2  # finished: skipped
+    runs.train("relay", out, 1, ["--max_minutes=30"])
+    assert calls[2][-1] == "--max_minutes=30" and "--resume=True" not in calls[2]
