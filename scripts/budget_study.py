@@ -73,9 +73,10 @@ def report(curves: dict[str, list[dict]], marks: list[float]) -> str:
     head = ["run"] + [f"{m:g} min" for m in marks] + ["last point"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, points in curves.items():
-        cells = []
+        cells, trained = [], max((p["minutes"] for p in points), default=0.0)
         for m in marks + [math.inf]:
-            p = at_minute(points, m)
+            # a run cut short (e.g. to be resumed) says nothing about the minutes it has not trained yet
+            p = None if m != math.inf and m > trained + 1.0 else at_minute(points, m)
             cells.append("–" if p is None else f"{100 * p['exact']:.1f}% / {p['nfe']:.1f}"
                          + (f" ({p['minutes']:.1f} min, step {p['step']})" if m == math.inf else ""))
         lines.append("| " + " | ".join([name] + cells) + " |")

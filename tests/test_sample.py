@@ -451,6 +451,8 @@ def test_budget_study_integrates_training_time_from_the_metrics_log(tmp_path):
     assert at_minute(points, 0.06)["step"] == 20 and at_minute(points, 0.01) is None
     table = report({"Relay, cold": points}, [0.06])
     assert "| Relay, cold | 10.0% / 30.0 | 50.0% / 10.0 (1.6 min, step 40) |" in table
+    # minutes the run has not trained yet (it stopped at 1.65 min) stay empty instead of repeating its last point
+    assert "| Relay, cold | 50.0% / 10.0 | – | 50.0% / 10.0 (1.6 min, step 40) |" in report({"Relay, cold": points}, [2.5, 3.0])
 
 
 @pytest.mark.slow
