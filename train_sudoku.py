@@ -288,7 +288,6 @@ def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
 # training
 
 
-
 def drop_records_after(log_path: str, step: int) -> None:
     """Forget the log lines of steps after the checkpoint: a run killed between two checkpoints logged
     steps it is about to redo, and metrics.jsonl must list every step once."""
@@ -300,6 +299,7 @@ def drop_records_after(log_path: str, step: int) -> None:
     if len(kept) < len(lines):
         with open(log_path, "w") as f:
             f.writelines(kept)
+
 
 def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     """Run (or resume) training; returns the last metrics. train_data / val_data: objects with
@@ -328,6 +328,7 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         torch.backends.cudnn.allow_tf32 = True
 
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
+    log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
     if cfg.resume and not os.path.exists(ckpt_path):
         raise SystemExit(f"resume=True but there is no {ckpt_path}; drop --resume to start a new run")
 
@@ -384,7 +385,7 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         if buffer is not None and ranks[rank]["buffer"] is not None:
             buffer.load_state_dict(to_device(ranks[rank]["buffer"], device))
         if master:
-            drop_records_after(os.path.join(cfg.out_dir, "metrics.jsonl"), step)
+            drop_records_after(log_path, step)
     if master:
         os.makedirs(cfg.out_dir, exist_ok=True)
         print_config(cfg)
@@ -419,7 +420,6 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         except ImportError:
             raise SystemExit("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)") from None
         wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or None, config=run_config)
-    log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
 
     def evaluate() -> dict:
         if val_q is None:

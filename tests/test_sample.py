@@ -6,8 +6,8 @@ Most tests use scripted models (logits built from a rule, so confidences are exa
 a few use a tiny real SudokuTransformer.
 """
 import json
-import os
 import math
+import os
 from types import SimpleNamespace
 
 import numpy as np

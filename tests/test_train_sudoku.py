@@ -103,6 +103,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, objective, extra):
     with open(tmp_path / "cut" / "metrics.jsonl", "a") as f:  # as if killed at step 4, after its log line
         f.write('{"step": 4, "loss": 9.0, "lr": 0.1}\n')
     resumed = run(tmp_path / "cut", *args, "--max_iters=6", "--resume=True")
+
     def logged_steps(run_dir):  # training records only: the cut run also validated at its last step, 3
         return [r["step"] for r in map(json.loads, open(run_dir / "metrics.jsonl")) if "lr" in r]
     assert logged_steps(tmp_path / "cut") == logged_steps(tmp_path / "full") == [1, 2, 3, 4, 5, 6]
