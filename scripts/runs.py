@@ -21,7 +21,8 @@ def sh(cmd: list[str], log: str | None = None) -> None:
     """Run cmd from the repo root, echo it, tee its output to `log`; stop the driver if it fails."""
     print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     t0 = time.time()
-    with open(log, "a") if log else open(os.devnull, "w") as f:
+    # line-buffered, so train.log is current while a long run goes on and complete if it is killed
+    with open(log, "a", buffering=1) if log else open(os.devnull, "w") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         last = ""
         for line in proc.stdout:
