@@ -10,7 +10,7 @@ objective, with cold and staggered rollout buffers, read from the runs' metrics.
 Runs go sequentially (each gets the whole machine, so its wall-clock is the 2-core one):
   python train_sudoku.py config/cpu_<objective>.py --seed=S --buffer_init=<cold|staggered> --eval_interval=E ...
 MLM has no buffer, so it runs once. Every validation record (exact match and NFE at τ = 0.15 on the
-first eval_puzzles test puzzles, EMA weights) becomes a point at the training time spent so far;
+first eval_puzzles validation puzzles, EMA weights) becomes a point at the training time spent so far;
 validation time itself is not counted. Outputs in --runs: budget.png, budget.json, the printed table.
 """
 import argparse
