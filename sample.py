@@ -36,6 +36,8 @@ TAUS = (0.05, 0.10, 0.15, 0.20, 0.25)  # the paper's inference sweep
 METRIC_KEYS = ("exact_match", "token_accuracy", "mean_nfe", "batch_nfe", "legal_rate",
                "violations_final", "violations_rollout", "cells_per_step", "n")
 OBJECTIVE_NAMES = {"mlm": "MLM", "rollout": "Rollout", "relay_sg": "Relay (sg)", "relay": "Relay"}
+# one colour per objective in every figure (matplotlib's first four), so plots can be read side by side
+OBJECTIVE_COLORS = {"mlm": "C0", "rollout": "C1", "relay_sg": "C2", "relay": "C3"}
 
 # -----------------------------------------------------------------------------
 # board checks in torch, so they run on the decoding device without a host sync per step
@@ -306,6 +308,20 @@ def format_table(entries: list[dict], tau: float) -> str:
     return "\n".join(lines)
 
 
+def method_styles(groups: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
+    """(colour, line style) per method: its objective's colour; a second or third method of one objective
+    (e.g. another buffer) is dashed or dotted. Unknown objectives take the next free colours."""
+    colors, seen, styles = dict(OBJECTIVE_COLORS), {}, {}
+    spare = iter(f"C{i}" for i in range(len(OBJECTIVE_COLORS), 10))
+    for name, group in groups.items():
+        objective = group[0]["config"].get("objective")
+        if objective not in colors:
+            colors[objective] = next(spare, "k")
+        seen[objective] = seen.get(objective, -1) + 1
+        styles[name] = (colors[objective], ("-", "--", ":", "-.")[seen[objective] % 4])
+    return styles
+
+
 def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
     """Exact match vs NFE over the τ sweep, one curve per method, ±1 s.d. ribbons; one panel per cohort."""
     import matplotlib
@@ -314,8 +330,10 @@ def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
 
     cohorts = [c for c in ("all", "deduction_only") if any(c in e["results"] for e in entries)]
     fig, axes = plt.subplots(1, len(cohorts), figsize=(5.5 * len(cohorts), 4.2), squeeze=False)
+    groups = group_by_method(entries)
+    styles = method_styles(groups)
     for ax, cohort in zip(axes[0], cohorts):
-        for name, group in group_by_method(entries).items():
+        for name, group in groups.items():
             taus = sorted({t for e in group for t in e["results"].get(cohort, {})}, key=float)
             pts = []
             for t in taus:
@@ -329,7 +347,8 @@ def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
                 continue
             pts.sort()
             x, y, xs, ys, t = (np.array(v) for v in zip(*pts))
-            line, = ax.plot(x, y, "o-", label=f"{name} ({len(group)} seed{'s' * (len(group) > 1)})")
+            color, linestyle = styles[name]
+            line, = ax.plot(x, y, marker="o", color=color, linestyle=linestyle, label=f"{name} ({len(group)} seed{'s' * (len(group) > 1)})")
             if ax.lines[0] is line:  # τ of each point, on the first curve only to keep the plot readable
                 for xi, yi, ti in zip(x, y, t):
                     ax.annotate(f"τ={float(ti):g}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)

@@ -21,9 +21,10 @@ import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sample  # noqa: E402
 from scripts import runs  # noqa: E402
 
-NAMES = {"mlm": "MLM", "rollout": "Rollout", "relay_sg": "Relay (sg)", "relay": "Relay"}
+NAMES = sample.OBJECTIVE_NAMES
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--eval_puzzles=32", "--batch_size=16",
                "--log_interval=5"]
 SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
@@ -89,19 +90,16 @@ def plot(curves: dict[str, list[dict]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    colors = {}
+    by_name = {v: k for k, v in NAMES.items()}
     for name, points in curves.items():
         if not points:
             continue
-        objective = name.split(",")[0]
+        color = sample.OBJECTIVE_COLORS[by_name[name.split(",")[0]]]
         style = "--" if "staggered" in name else "-"
         x = [p["minutes"] for p in points]
-        kw = dict(linestyle=style, marker="o", markersize=3, label=name)
-        if objective in colors:
-            kw["color"] = colors[objective]
-        line, = ax1.plot(x, [100 * p["exact"] for p in points], **kw)
-        colors.setdefault(objective, line.get_color())
-        ax2.plot(x, [p["nfe"] for p in points], color=line.get_color(), linestyle=style, marker="o", markersize=3)
+        ax1.plot(x, [100 * p["exact"] for p in points], color=color, linestyle=style, marker="o", markersize=3,
+                 label=name)
+        ax2.plot(x, [p["nfe"] for p in points], color=color, linestyle=style, marker="o", markersize=3)
     ax1.set_ylabel("exact match (%)")
     ax2.set_ylabel("mean NFE per puzzle")
     for ax in (ax1, ax2):

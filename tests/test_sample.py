@@ -303,6 +303,17 @@ def test_table_and_plot(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 1000
 
 
+def test_method_styles_one_colour_per_objective():
+    def group(obj):
+        return [{"config": {"objective": obj}}]
+    groups = {"MLM": group("mlm"), "Relay": group("relay"), "Relay (staggered)": group("relay"),
+              "mine": group("my_objective"), "mine too": group("my_objective")}
+    styles = sample.method_styles(groups)
+    assert styles["MLM"] == ("C0", "-") and styles["Relay"] == ("C3", "-")
+    assert styles["Relay (staggered)"] == ("C3", "--")  # same objective: same colour, another line style
+    assert styles["mine"] == ("C4", "-") and styles["mine too"] == ("C4", "--")
+
+
 # ----------------------------------------------------------------------------- command line
 
 def constant_checkpoint(path, digit: int = 5, conf: float = 0.9, objective: str = "mlm", seed: int = 0) -> str:
