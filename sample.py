@@ -348,7 +348,8 @@ def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
             pts.sort()
             x, y, xs, ys, t = (np.array(v) for v in zip(*pts))
             color, linestyle = styles[name]
-            line, = ax.plot(x, y, marker="o", color=color, linestyle=linestyle, label=f"{name} ({len(group)} seed{'s' * (len(group) > 1)})")
+            line, = ax.plot(x, y, marker="o", color=color, linestyle=linestyle,
+                            label=f"{name} ({len(group)} seed{'s' * (len(group) > 1)})")
             if ax.lines[0] is line:  # τ of each point, on the first curve only to keep the plot readable
                 for xi, yi, ti in zip(x, y, t):
                     ax.annotate(f"τ={float(ti):g}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)

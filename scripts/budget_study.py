@@ -85,17 +85,16 @@ def report(curves: dict[str, list[dict]], marks: list[float]) -> str:
     return "\n".join(lines)
 
 
-def plot(curves: dict[str, list[dict]], path: str) -> None:
+def plot(curves: dict[str, list[dict]], styles: dict[str, tuple[str, str]], path: str) -> None:
+    """styles: (colour, line style) per curve name."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    by_name = {v: k for k, v in NAMES.items()}
     for name, points in curves.items():
         if not points:
             continue
-        color = sample.OBJECTIVE_COLORS[by_name[name.split(",")[0]]]
-        style = "--" if "staggered" in name else "-"
+        color, style = styles[name]
         x = [p["minutes"] for p in points]
         ax1.plot(x, [100 * p["exact"] for p in points], color=color, linestyle=style, marker="o", markersize=3,
                  label=name)
@@ -163,7 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     step = 10 if longest > 20 else (2 if longest > 4 else 0.5)
     marks = [step * i for i in range(1, int(longest // step) + 1)][:8]
     print("\n" + report(curves, marks))
-    plot(curves, os.path.join(run_dir, "budget.png"))
+    styles = {names[o, b]: (sample.OBJECTIVE_COLORS[o], "--" if b == "staggered" else "-") for o, b in plan}
+    plot(curves, styles, os.path.join(run_dir, "budget.png"))
     with open(os.path.join(run_dir, "budget.json"), "w") as f:
         json.dump(curves, f, indent=1)
     print(f"wrote {run_dir}/budget.png and budget.json")
