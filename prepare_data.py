@@ -613,7 +613,7 @@ def _cache_key(args: argparse.Namespace) -> dict:
     """Everything that changes the puzzles (not --derive, which only adds columns, nor speed settings)."""
     key = {k: getattr(args, k) for k in ("source", "seed", "n_train", "n_val", "n_test", "skip_invalid")}
     if args.source == "generate":
-        key.update(min_clues=args.min_clues, max_clues=args.max_clues)
+        key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.GENERATOR_VERSION)
     if args.source == "hf":
         key["dataset"] = os.environ.get("RELAY_SUDOKU_HF_DATASET") or HUB_DATASET
     if args.source == "file":

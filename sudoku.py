@@ -221,11 +221,10 @@ def _initial(digits) -> list[int] | None:
     return cand
 
 
-def _search(cand: list[int], limit: int, out: list, stats: list[int], order=None) -> int:
+def _search(cand: list[int], limit: int, out: list, stats: list[int]) -> int:
     """Count solutions of a propagated state up to `limit`; appends found solutions to `out`.
 
-    stats[0] counts backtracks (guesses that led to a contradiction); `order` (optional
-    permutation of the 9 bits) randomises the digit order for grid generation.
+    stats[0] counts backtracks (guesses that led to a contradiction).
     """
     best, best_n = -1, 10
     for i in range(N_CELLS):
@@ -239,12 +238,12 @@ def _search(cand: list[int], limit: int, out: list, stats: list[int], order=None
         return 1
     found = 0
     m = cand[best]
-    bits = [b for b in (order or _BITS) if m & b]
+    bits = [b for b in _BITS if m & b]
     for bit in bits:
         child = cand[:]
         child[best] = bit
         if _propagate(child, [best]):
-            found += _search(child, limit - found, out, stats, order)
+            found += _search(child, limit - found, out, stats)
             if found >= limit:
                 return found
         else:
@@ -299,20 +298,51 @@ def rate(digits) -> int:
 # -----------------------------------------------------------------------------
 # generator
 
+# Recorded with generated data so that data from an older generator is rebuilt, never silently reused.
+# 1: one fixed digit order per grid (a learnable shortcut); 2: fresh order at every branch + random symmetry.
+GENERATOR_VERSION = 2
+
+
 def random_grid(rng: np.random.Generator) -> np.ndarray:
-    """A uniformly-labelled random complete grid: randomised DFS from the empty board."""
-    order = [_BITS[i] for i in rng.permutation(9)]
-    cand = [ALL] * N_CELLS
-    # seed the first row with a random permutation so different seeds start far apart
-    first = rng.permutation(9)
-    stack = []
-    for c in range(9):
-        cand[c] = _BITS[first[c]]
-        stack.append(c)
-    _propagate(cand, stack)
-    out: list = []
-    _search(cand, 1, out, [0], order)
-    return _to_digits(out[0])
+    """A random complete grid with no preferred digit, cell or layout; deterministic for a given `rng` state.
+
+    Depth-first search from the empty board that shuffles the candidate digits afresh at every
+    branch, so no digit is favoured anywhere, then a random symmetry of the grid (digit relabelling,
+    rows within bands, bands, columns within stacks, stacks, transposition) so the search's fixed
+    cell order leaves no trace either. (A search that tries the digits in one fixed order is not
+    enough, even under random symmetries: every grid is then the first completion under that order,
+    a family a network learns to guess from; tests/test_generator.py checks the difference.)
+    """
+    grid = _to_digits(_random_completion([ALL] * N_CELLS, rng)).reshape(9, 9)
+    relabel = np.concatenate([[0], rng.permutation(9) + 1]).astype(np.int8)
+    rows = np.concatenate([3 * band + rng.permutation(3) for band in rng.permutation(3)])
+    cols = np.concatenate([3 * stack + rng.permutation(3) for stack in rng.permutation(3)])
+    grid = relabel[grid][rows][:, cols]
+    if rng.random() < 0.5:
+        grid = grid.T
+    return np.ascontiguousarray(grid).reshape(N_CELLS)
+
+
+def _random_completion(cand: list[int], rng: np.random.Generator) -> list[int] | None:
+    """First completion of a propagated state, trying each branch's candidates in a fresh random order."""
+    best, best_n = -1, 10
+    for i in range(N_CELLS):
+        n = _POPCOUNT[cand[i]]
+        if 1 < n < best_n:
+            best, best_n = i, n
+            if n == 2:
+                break
+    if best < 0:
+        return cand
+    bits = [b for b in _BITS if cand[best] & b]
+    for k in rng.permutation(len(bits)).tolist():
+        child = cand[:]
+        child[best] = bits[k]
+        if _propagate(child, [best]):
+            done = _random_completion(child, rng)
+            if done is not None:
+                return done
+    return None
 
 
 def _unique_without(clues: list[int], cell: int, solution: np.ndarray) -> bool:
@@ -341,16 +371,23 @@ def _unique_without(clues: list[int], cell: int, solution: np.ndarray) -> bool:
 
 
 def generate_puzzle(rng: np.random.Generator, n_clues: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """A puzzle with a unique solution and `n_clues` clues (or the minimal one reached if fewer is impossible).
+    """A puzzle with a unique solution and `n_clues` clues on a fresh `random_grid`: (puzzle, solution, rating)."""
+    solution = random_grid(rng)
+    puzzle = remove_clues(rng, solution, n_clues)
+    return puzzle, solution, rate(puzzle)
 
-    Clues are removed from a random grid in random order, keeping each removal only if the
-    solution stays unique. One pass over all 81 cells leaves a minimal puzzle (removing a
-    clue never makes a non-unique puzzle unique again). Returns (puzzle, solution, rating).
+
+def remove_clues(rng: np.random.Generator, solution: np.ndarray, n_clues: int) -> np.ndarray:
+    """Blank cells of a complete grid in random order while the solution stays unique, down to `n_clues`.
+
+    One pass over all 81 cells leaves a minimal puzzle (removing a clue never makes a non-unique
+    puzzle unique again), so fewer clues than a grid allows give that minimal puzzle instead.
     """
     if not 0 <= n_clues <= N_CELLS:
         raise ValueError(f"n_clues must be in 0..81, got {n_clues}")
-    solution = random_grid(rng)
-    clues = solution.tolist()
+    if not is_legal_solution(solution):
+        raise ValueError("remove_clues needs a complete, legal grid")
+    clues = np.asarray(solution).reshape(N_CELLS).tolist()
     n = N_CELLS
     for cell in rng.permutation(N_CELLS).tolist():
         if n <= n_clues:
@@ -358,5 +395,4 @@ def generate_puzzle(rng: np.random.Generator, n_clues: int) -> tuple[np.ndarray,
         if _unique_without(clues, cell, solution):
             clues[cell] = 0
             n -= 1
-    puzzle = np.array(clues, dtype=np.int8)
-    return puzzle, solution, rate(puzzle)
+    return np.array(clues, dtype=np.int8)

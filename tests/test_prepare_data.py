@@ -77,6 +77,17 @@ def test_rerun_reuses_cache_and_stale_token_cache_is_rebuilt(data_dir, capsys):
         assert np.array_equal(z["stamp"], P._parquet_stamp(path))
 
 
+def test_data_from_another_generator_version_is_rebuilt(tmp_path, monkeypatch, capsys):
+    """Fails if the cache key ignores sudoku.GENERATOR_VERSION (old, biased puzzles would be reused silently)."""
+    out = str(tmp_path / "d")
+    args = ["--out_dir=" + out, "--seed=3", "--workers=1", "--n_train=4", "--n_val=0", "--n_test=2"]
+    P.main(args)
+    capsys.readouterr()
+    monkeypatch.setattr(sudoku, "GENERATOR_VERSION", sudoku.GENERATOR_VERSION + 1)
+    P.main(args)
+    assert "reusing the data" not in capsys.readouterr().out
+
+
 def test_missing_split_names_the_command(tmp_path):
     with pytest.raises(SystemExit, match=r"python prepare_data.py --out_dir="):
         P.load_puzzles("train", str(tmp_path))
