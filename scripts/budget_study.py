@@ -1,13 +1,19 @@
-"""From-scratch budget study (issue 7): exact match and NFE against training wall-clock for each
-objective, with cold and staggered rollout buffers, read from the runs' metrics.jsonl.
+"""From-scratch budget study: exact match and NFE against training compute for each objective, with
+cold and staggered rollout buffers, read from the runs' metrics.jsonl.
 
     python scripts/budget_study.py --minutes=60                    # 4 objectives cold + 3 staggered: ~7 h on 2 cores
     python scripts/budget_study.py --minutes=60 --buffers=cold     # the paper's buffer only: ~4 h
-    python scripts/budget_study.py --iters=3000 --eval_interval=100   # a step budget instead
+    python scripts/budget_study.py --iters=2500 --eval_interval=250 --buffers=cold   # compute-matched step budget
     python scripts/budget_study.py --plot_only                     # redraw from the runs already in --runs
     python scripts/budget_study.py --smoke                         # toy size, ~3 minutes
 
-Runs go sequentially (each gets the whole machine, so its wall-clock is the 2-core one):
+A wall-clock budget (--minutes) is fair only when each run has the machine to itself. A step budget
+(--iters) does not depend on what else runs: it is the number of optimizer steps of the K = 2
+objectives, and MLM gets twice as many (a K = 2 step runs two forward passes and one backward
+through both, about twice an MLM step), so every run gets the same number of forward passes; the
+x axis is then MLM-step equivalents (steps x forwards per step).
+
+Runs go sequentially (with --minutes each gets the whole machine, so its wall-clock is the 2-core one):
   python train_sudoku.py config/cpu_<objective>.py --seed=S --buffer_init=<cold|staggered> --eval_interval=E ...
 MLM has no buffer, so it runs once. Every validation record (exact match and NFE at τ = 0.15 on the
 first eval_puzzles validation puzzles, EMA weights) becomes a point at the training time spent so far;
@@ -30,8 +36,9 @@ SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--eval_
 SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
 
 
-def curve(metrics_path: str) -> list[dict]:
-    """Validation points of one run: step, training minutes so far, exact match, NFE, batch NFE.
+def curve(metrics_path: str, forwards_per_step: int = 1) -> list[dict]:
+    """Validation points of one run: step, compute (step x forwards_per_step), training minutes so far,
+    exact match, NFE, batch NFE.
 
     Training time (validation excluded) is the `train_seconds` that train_sudoku.py logs with its
     training record of the same step; without one, the integral of the logged ms_per_step.
@@ -58,26 +65,33 @@ def curve(metrics_path: str) -> list[dict]:
                     break
             if prev < r["step"]:  # steps after the last log line: at the last known rate
                 seconds += (rates[-1][1] if rates else 0.0) / 1000 * (r["step"] - prev)
-        points.append({"step": r["step"], "minutes": seconds / 60, "exact": r["val/exact"],
+        points.append({"step": r["step"], "compute": r["step"] * forwards_per_step, "minutes": seconds / 60,
+                       "exact": r["val/exact"],
                        "nfe": r.get("val/nfe"), "batch_nfe": r.get("val/batch_nfe")})
     return points
 
 
-def at_minute(points: list[dict], minute: float) -> dict | None:
-    """The latest validation point at or before `minute` of training."""
-    done = [p for p in points if p["minutes"] <= minute + 1e-9]
+AXES = {"minutes": ("min", "training wall-clock (minutes, validation excluded)"),
+        "compute": ("", "training compute (MLM-step equivalents: steps x forwards per step)")}
+
+
+def at_minute(points: list[dict], minute: float, axis: str = "minutes") -> dict | None:
+    """The latest validation point at or before `minute` of training (or that much compute)."""
+    done = [p for p in points if p[axis] <= minute + 1e-9]
     return done[-1] if done else None
 
 
-def report(curves: dict[str, list[dict]], marks: list[float]) -> str:
-    """Markdown: exact match (%) / NFE of each run at the given training minutes."""
-    head = ["run"] + [f"{m:g} min" for m in marks] + ["last point"]
+def report(curves: dict[str, list[dict]], marks: list[float], axis: str = "minutes") -> str:
+    """Markdown: exact match (%) / NFE of each run at the given training minutes (or compute)."""
+    unit = AXES[axis][0]
+    head = ["run"] + [f"{m:g} {unit}".strip() for m in marks] + ["last point"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    slack = 1.0 if axis == "minutes" else 0.0
     for name, points in curves.items():
-        cells, trained = [], max((p["minutes"] for p in points), default=0.0)
+        cells, trained = [], max((p[axis] for p in points), default=0.0)
         for m in marks + [math.inf]:
             # a run cut short (e.g. to be resumed) says nothing about the minutes it has not trained yet
-            p = None if m != math.inf and m > trained + 1.0 else at_minute(points, m)
+            p = None if m != math.inf and m > trained + slack else at_minute(points, m, axis)
             cells.append("–" if p is None else f"{100 * p['exact']:.1f}% / {p['nfe']:.1f}"
                          + (f" ({p['minutes']:.1f} min, step {p['step']})" if m == math.inf else ""))
         lines.append("| " + " | ".join([name] + cells) + " |")
@@ -85,7 +99,7 @@ def report(curves: dict[str, list[dict]], marks: list[float]) -> str:
     return "\n".join(lines)
 
 
-def plot(curves: dict[str, list[dict]], styles: dict[str, tuple[str, str]], path: str) -> None:
+def plot(curves: dict[str, list[dict]], styles: dict[str, tuple[str, str]], path: str, axis: str = "minutes") -> None:
     """styles: (colour, line style) per curve name."""
     import matplotlib
     matplotlib.use("Agg")
@@ -95,14 +109,14 @@ def plot(curves: dict[str, list[dict]], styles: dict[str, tuple[str, str]], path
         if not points:
             continue
         color, style = styles[name]
-        x = [p["minutes"] for p in points]
+        x = [p[axis] for p in points]
         ax1.plot(x, [100 * p["exact"] for p in points], color=color, linestyle=style, marker="o", markersize=3,
                  label=name)
         ax2.plot(x, [p["nfe"] for p in points], color=color, linestyle=style, marker="o", markersize=3)
     ax1.set_ylabel("exact match (%)")
     ax2.set_ylabel("mean NFE per puzzle")
     for ax in (ax1, ax2):
-        ax.set_xlabel("training wall-clock (minutes, validation excluded)")
+        ax.set_xlabel(AXES[axis][1])
         ax.grid(alpha=0.3)
     ax1.legend(fontsize=8)
     fig.suptitle("From scratch on the CPU presets: validation at τ = 0.15 during training")
@@ -114,7 +128,7 @@ def plot(curves: dict[str, list[dict]], styles: dict[str, tuple[str, str]], path
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--minutes", type=float, help="wall-clock budget per run (default 60)")
-    p.add_argument("--iters", type=int, help="step budget per run (instead of minutes)")
+    p.add_argument("--iters", type=int, help="step budget of the K=2 objectives (MLM gets 2x; instead of minutes)")
     p.add_argument("--objectives", default=",".join(runs.OBJECTIVES))
     p.add_argument("--buffers", default="cold,staggered", help="buffer_init values for the rollout objectives")
     p.add_argument("--seed", type=int, default=1)
@@ -142,28 +156,34 @@ def main(argv: list[str] | None = None) -> None:
     plan = [(o, b) for o in objectives for b in (["cold"] if o == "mlm" else buffers)]
     names = {(o, b): NAMES[o] + ("" if o == "mlm" else f", {b}") for o, b in plan}
     dirs = {(o, b): os.path.join(run_dir, f"{o}_s{args.seed}" if o == "mlm" else f"{o}_{b}_s{args.seed}") for o, b in plan}
+    forwards = {o: 1 if o == "mlm" else 2 for o in objectives}  # forward passes per optimizer step (K = 2)
     if not args.plot_only:
-        budget = runs.budget_args(args.minutes, args.iters)
         runs.ensure_data(data_dir, data_args)
         for o, b in plan:
             extra = [] if o == "mlm" else [f"--buffer_init={b}"]
+            per_run = 2 // forwards[o] if args.iters is not None else 1  # a step budget gives MLM 2x the steps
+            budget = runs.budget_args(args.minutes, None if args.iters is None else args.iters * per_run)
             runs.train(o, dirs[o, b], args.seed, budget + extra + [f"--data_dir={data_dir}",
-                       f"--eval_interval={args.eval_interval}", *train_args])
+                       f"--eval_interval={args.eval_interval * per_run}", *train_args])
     curves = {}
     for key in plan:
         path = os.path.join(dirs[key], "metrics.jsonl")
         if not os.path.exists(path):
             print(f"{names[key]}: no {path}, left out")
             continue
-        curves[names[key]] = curve(path)
+        curves[names[key]] = curve(path, forwards[key[0]])
     if not any(curves.values()):
         raise SystemExit(f"no validation records in {run_dir}: train the runs first (drop --plot_only)")
-    longest = max(p["minutes"] for c in curves.values() for p in c)
-    step = 10 if longest > 20 else (2 if longest > 4 else 0.5)
+    axis = "minutes" if args.iters is None else "compute"
+    longest = max(p[axis] for c in curves.values() for p in c)
+    if axis == "minutes":
+        step = 10 if longest > 20 else (2 if longest > 4 else 0.5)
+    else:
+        step = max(1, round(longest / 6, -int(math.floor(math.log10(max(longest / 6, 1))))))
     marks = [step * i for i in range(1, int(longest // step) + 1)][:8]
-    print("\n" + report(curves, marks))
+    print("\n" + report(curves, marks, axis))
     styles = {names[o, b]: (sample.OBJECTIVE_COLORS[o], "--" if b == "staggered" else "-") for o, b in plan}
-    plot(curves, styles, os.path.join(run_dir, "budget.png"))
+    plot(curves, styles, os.path.join(run_dir, "budget.png"), axis)
     with open(os.path.join(run_dir, "budget.json"), "w") as f:
         json.dump(curves, f, indent=1)
     print(f"wrote {run_dir}/budget.png and budget.json")
