@@ -514,13 +514,16 @@ def show_puzzle(path: str, model: torch.nn.Module, text: str, tau: float, max_st
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
-    """Files written at the end (--plot, --dump) must have a directory to go to: checked before decoding."""
-    for flag in ("plot", "dump"):
+    """Files written later must be writable where asked: checked before decoding. --out creates its
+    directory; --plot and --dump need an existing one."""
+    for flag in ("out", "plot", "dump"):
         path = getattr(args, flag)
-        folder = os.path.dirname(os.path.abspath(path)) if path else ""
-        if path and not os.path.isdir(folder):
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if flag != "out" and not os.path.isdir(folder):
             raise SystemExit(f"--{flag}={path}: the directory {folder} does not exist; create it first")
-        if path and os.path.isdir(path):
+        if os.path.isdir(path):
             raise SystemExit(f"--{flag}={path} is a directory; give a file name")
 
 

@@ -180,6 +180,10 @@ def lock_holder(out_dir: str) -> str | None:
     return f"pid {pid_text} on {host}" if pid_alive(int(pid_text)) else None
 
 
+def in_use(out_dir: str, holder: str) -> str:
+    return f"out_dir={out_dir} is in use by another run ({holder}); wait for it to finish or choose another out_dir"
+
+
 def acquire_lock(out_dir: str) -> str:
     """Create out_dir and its lock file (O_EXCL: of two runs at once, exactly one succeeds); a stale lock
     left by a killed run is replaced. Returns the lock's path."""
@@ -194,8 +198,7 @@ def acquire_lock(out_dir: str) -> str:
         except FileExistsError:
             holder = lock_holder(out_dir)
             if holder is not None:
-                raise SystemExit(f"out_dir={out_dir} is in use by another run ({holder}); wait for it to finish "
-                                 "or choose another out_dir") from None
+                raise SystemExit(in_use(out_dir, holder)) from None
             print(f"replacing the stale lock {path}: the run that held it is no longer running")
             try:
                 os.remove(path)
@@ -228,7 +231,7 @@ def check_run_dir(cfg: TrainConfig) -> None:
         raise SystemExit(f"out_dir={out} is a file, not a directory; choose another out_dir")
     holder = lock_holder(out)
     if holder is not None:
-        raise SystemExit(f"out_dir={out} is in use by another run ({holder}); wait for it to finish or choose another out_dir")
+        raise SystemExit(in_use(out, holder))
     if cfg.resume and cfg.overwrite:
         raise SystemExit("resume=True continues the run in out_dir and overwrite=True deletes it: pass one of them")
     ckpt_path = os.path.join(out, "ckpt.pt")

@@ -390,7 +390,8 @@ def test_bad_sample_inputs_stop_before_decoding(tmp_path, monkeypatch):
                           ([f"--ckpt={tmp_path / 'list.pt'}"], "holds a list, not a checkpoint"),
                           ([f"--ckpt={bad}"], "corrupted"),
                           ([f"--ckpt={good}", f"--plot={tmp_path / 'no' / 'p.png'}"], "--plot"),
-                          ([f"--ckpt={good}", f"--dump={tmp_path / 'no' / 'd.jsonl'}"], "--dump")]:
+                          ([f"--ckpt={good}", f"--dump={tmp_path / 'no' / 'd.jsonl'}"], "--dump"),
+                          ([f"--ckpt={good}", f"--plot={tmp_path}"], "is a directory")]:
         with pytest.raises(SystemExit) as e:
             sample.main([*args, f"--data={data}", "--n=3", f"--out={tmp_path / 'out' / 'r.json'}"])
         assert "\n" not in str(e.value.code) and message in str(e.value.code), (args, e.value.code)
