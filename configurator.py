@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import os
 import sys
+import traceback
 import typing
 from typing import Any, TypeVar
 
@@ -44,6 +45,21 @@ def _parse_literal(text: str) -> Any:
         return text  # bare strings such as --device=cpu
 
 
+def _run_config_file(source: str, path: str) -> dict[str, Any]:
+    """Execute a preset file; any error in it becomes one ConfigError naming the file and line."""
+    namespace: dict[str, Any] = {}
+    try:
+        exec(compile(source, path, "exec"), {}, namespace)
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path}, line {e.lineno}: syntax error: {e.msg}") from None
+    except Exception as e:
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        where = f", line {lines[-1]}" if lines else ""
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"config file {path}{where}: {type(e).__name__}: {detail}") from None
+    return namespace
+
+
 def load_config(cls: type[T], argv: list[str] | None = None) -> T:
     """Build an instance of the dataclass `cls` from preset files and --key=value overrides."""
     argv = sys.argv[1:] if argv is None else argv
@@ -71,8 +87,9 @@ def load_config(cls: type[T], argv: list[str] | None = None) -> T:
                 source = open(arg).read()
             except OSError as e:
                 raise ConfigError(f"cannot read config file {arg}: {e.strerror}") from None
-            namespace: dict[str, Any] = {}
-            exec(compile(source, arg, "exec"), {}, namespace)
+            except UnicodeDecodeError:
+                raise ConfigError(f"config file {arg} is not a text file") from None
+            namespace = _run_config_file(source, arg)
             for key, value in namespace.items():
                 if not key.startswith("_") and not callable(value) and not isinstance(value, type(typing)):
                     set_value(key, value, arg)

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from checkpoint import load_checkpoint  # torch.load that checks the stored sha256 (docs/reliability.md)
 from relay import RelayLayerNorm
 
 
@@ -162,12 +163,7 @@ def load_model(path: str, device: str = "cpu", ema: bool = True) -> tuple[Sudoku
         path = os.path.join(path, "ckpt.pt")
     if not os.path.exists(path):
         raise ValueError(f"no checkpoint at {path}: train one with `python train_sudoku.py config/cpu_mlm.py`")
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-    if not isinstance(ckpt, dict) or "model_config" not in ckpt or "model" not in ckpt:
-        raise ValueError(f"{path} is not a train_sudoku.py checkpoint (no 'model'/'model_config' entries)")
+    ckpt = load_checkpoint(path, map_location=device, required=("model", "model_config"))
     known = {f.name for f in fields(ModelConfig)}
     model = SudokuTransformer(ModelConfig(**{k: v for k, v in ckpt["model_config"].items() if k in known}))
     model.load_state_dict(ckpt["model"])

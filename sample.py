@@ -17,6 +17,7 @@ NFE is reported two ways (design note 4.3):
              1 + the slowest puzzle of its batch. Depends on batch_size (the paper used 512).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -512,9 +513,47 @@ def show_puzzle(path: str, model: torch.nn.Module, text: str, tau: float, max_st
     print(f"\n{res.nfe[0].item()} forward passes; {verdict}; {unique}")
 
 
-def load_results(spec: str, args: argparse.Namespace) -> list[dict]:
-    """Checkpoint entries of earlier --out files; they must come from the same puzzles as this run."""
-    entries = []
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Files written later must be writable where asked: checked before decoding. --out creates its
+    directory; --plot and --dump need an existing one."""
+    for flag in ("out", "plot", "dump"):
+        path = getattr(args, flag)
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if flag != "out" and not os.path.isdir(folder):
+            raise SystemExit(f"--{flag}={path}: the directory {folder} does not exist; create it first")
+        if os.path.isdir(path):
+            raise SystemExit(f"--{flag}={path} is a directory; give a file name")
+
+
+def data_source(args: argparse.Namespace, cohorts: dict[str, tuple[torch.Tensor, torch.Tensor | None]]) -> dict:
+    """Which puzzles were scored: --data, --data_dir and a sha256 of each cohort's questions and answers
+    (in order), so that results computed on different test sets are never merged as seeds."""
+    puzzles = {}
+    for cohort, (q, a) in cohorts.items():
+        h = hashlib.sha256(q.to(torch.int64).contiguous().numpy().tobytes())
+        if a is not None:
+            h.update(a.to(torch.int64).contiguous().numpy().tobytes())
+        puzzles[cohort] = h.hexdigest()
+    return {"data": args.data, "data_dir": os.path.abspath(args.data_dir), "puzzles": puzzles}
+
+
+def check_same_puzzles(where: str, source: dict | None, ref: dict | None) -> None:
+    """One-line refusal when two data sources scored different puzzles in a cohort they share."""
+    if source is None or ref is None:
+        return
+    for cohort, digest in source["puzzles"].items():
+        if ref["puzzles"].get(cohort, digest) != digest:
+            raise SystemExit(f"{where}: its {cohort} puzzles (--data={source['data']}, data_dir {source['data_dir']}) "
+                             f"are not those of --data={ref['data']} in {ref['data_dir']}; results on different "
+                             "test sets are not seeds of one method")
+
+
+def load_results(spec: str, args: argparse.Namespace) -> tuple[list[dict], dict | None]:
+    """Checkpoint entries of earlier --out files and their common data source; they must come from the
+    same settings and the same puzzles (checked against this run's puzzles in main)."""
+    entries, ref = [], None
     for path in [s.strip() for s in spec.split(",") if s.strip()]:
         try:
             with open(path) as f:
@@ -530,8 +569,14 @@ def load_results(spec: str, args: argparse.Namespace) -> list[dict]:
         if missing:
             raise SystemExit(f"--results {path}: has no results at τ = {', '.join(f'{t:g}' for t in missing)}; "
                              f"pass the τ values it has with --taus")
+        source = saved.get("data_source")
+        if source is None:
+            print(f"warning: --results {path} records no data source (written before sources were recorded); "
+                  "cannot check that it scored the same puzzles", file=sys.stderr)
+        check_same_puzzles(f"--results {path}", source, ref)
+        ref = ref or source
         entries.extend(found)
-    return entries
+    return entries, ref
 
 
 # Fast-dLLM v2 (block diffusion with KV cache) lives in its own files; sample.py is the one entry point.
@@ -548,7 +593,8 @@ def main(argv: list[str] | None = None) -> None:
         importlib.import_module(FASTDLLM_COMMANDS[argv[0]]).main(argv[1:])
         return
     args = get_args(argv)
-    earlier = load_results(args.results, args) if args.results else []
+    check_output_paths(args)
+    earlier, source = load_results(args.results, args) if args.results else ([], None)
     ckpts = load_checkpoints(args.ckpt, args.device, args.ema) if args.ckpt else []
     if args.puzzle:
         for path, model, _ in ckpts:
@@ -558,6 +604,10 @@ def main(argv: list[str] | None = None) -> None:
     if len(labels) != len(ckpts):
         raise SystemExit(f"--labels: {len(labels)} labels for {len(ckpts)} checkpoints; give one per checkpoint")
     cohorts = load_cohorts(args) if ckpts else {}
+    if ckpts:  # the puzzles decoded now must be those of the merged --results
+        mine = data_source(args, cohorts)
+        check_same_puzzles(f"--data={args.data}", mine, source)
+        source = mine
     dump = open(args.dump, "w") if args.dump else None
     entries = list(earlier)
     names = [f"{label} (seed {config.get('seed', '?')})" if label else os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
@@ -598,7 +648,7 @@ def main(argv: list[str] | None = None) -> None:
         meta = {k: getattr(args, k) for k in ("data", "n", "cohort", "taus", "tau", "max_steps", "batch_size",
                                               "ema", "relay_carry", "device")}
         with open(args.out, "w") as f:
-            json.dump(meta | {"checkpoints": entries}, f, indent=1)
+            json.dump(meta | {"data_source": source, "checkpoints": entries}, f, indent=1)
         print(f"wrote {args.out}")
     if args.table:
         print("\n" + format_table(entries, args.tau))

@@ -10,12 +10,18 @@
 Config: the TrainConfig fields below (preset files + --key=value, see configurator.py). The loop is
 explicit: AdamW, linear warmup then constant, clip, EMA of the weights (used for evaluation and
 saved), validation by confidence decoding at tau=0.15 every eval_interval steps, atomic checkpoints
-that hold everything needed to resume bit-exactly on CPU.
+that hold everything needed to resume bit-exactly on CPU. A run holds out_dir locked, never starts
+afresh over another run (--overwrite=True to replace one), refuses changed hyperparameters on resume
+(--allow_config_change=True to accept and record them) and checks its checkpoint's sha256: see
+docs/reliability.md.
 """
 import copy
 import json
+import math
 import os
 import random
+import re
+import socket
 import sys
 import time
 from contextlib import nullcontext
@@ -26,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from model import ModelConfig, SudokuTransformer
 from relay import RolloutBuffer, mlm_loss, mlm_masking, rollout_loss, threshold_policy
@@ -46,6 +53,8 @@ class TrainConfig:
     eval_batch_size: int = 512
     log_interval: int = 100
     resume: bool = False  # continue out_dir/ckpt.pt: model, EMA, optimizer, step, RNG, data position, buffer
+    overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt.pt and metrics.jsonl
+    allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
     init_from: str = ""  # start from another run's checkpoint (dir or .pt) with a fresh optimizer
     init_from_ema: bool = True  # take the parent's EMA weights (what its evaluation used)
     wandb_log: bool = False
@@ -90,6 +99,7 @@ class TrainConfig:
 
 
 def check_config(cfg: TrainConfig) -> None:
+    check_ranges(cfg)
     if cfg.objective not in OBJECTIVES:
         raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {cfg.objective!r}")
     if cfg.buffer_init not in ("cold", "staggered"):
@@ -100,6 +110,188 @@ def check_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"K must be between 1 and 8, got {cfg.K}")
     if cfg.batch_size < 1 or cfg.max_iters < 0 or cfg.n_embd % cfg.n_head:
         raise ConfigError("need batch_size >= 1, max_iters >= 0 and n_embd divisible by n_head")
+
+
+DEVICE_NAMES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def check_ranges(cfg: TrainConfig) -> None:
+    """Every key with a range, checked before any work: a ConfigError naming the key and its rule."""
+    def need(ok: bool, key: str, rule: str) -> None:
+        if not ok:  # written so that NaN fails every rule
+            raise ConfigError(f"{key} must be {rule}, got {getattr(cfg, key)!r}")
+
+    for key in ("n_layer", "n_head", "n_embd", "d_ff", "batch_size", "max_iters", "log_interval", "eval_batch_size",
+                "eval_max_steps"):
+        need(getattr(cfg, key) >= 1, key, ">= 1")
+    for key in ("eval_interval", "eval_puzzles", "warmup_iters", "seed"):  # eval_interval 0 / eval_puzzles 0: off
+        need(getattr(cfg, key) >= 0, key, ">= 0")
+    need(cfg.n_embd % cfg.n_head == 0, "n_head", f"a divisor of n_embd={cfg.n_embd}")
+    need(0 < cfg.learning_rate < math.inf, "learning_rate", "a finite number > 0")
+    for key in ("weight_decay", "grad_clip", "max_minutes", "train_tau", "train_tau_sigma", "eval_tau"):
+        need(0 <= getattr(cfg, key) < math.inf, key, "a finite number >= 0")  # grad_clip / max_minutes 0: off
+    for key in ("dropout", "beta1", "beta2"):
+        need(0 <= getattr(cfg, key) < 1, key, "in [0, 1)")
+    need(0 <= cfg.ema_decay <= 1, "ema_decay", "in [0, 1] (0 = no EMA)")
+    need(cfg.out_dir.strip() != "", "out_dir", "a directory path")
+    need(DEVICE_NAMES.fullmatch(cfg.device) is not None, "device", "auto, cpu, cuda, cuda:N or mps")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={cfg.device} but this torch has no usable CUDA device; use --device=cpu or auto")
+    if cfg.device.startswith("cuda:") and int(cfg.device[5:]) >= torch.cuda.device_count():
+        raise ConfigError(f"device={cfg.device} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    if cfg.device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device=mps but MPS is not available here; use --device=cpu or auto")
+    if cfg.init_from and not os.path.exists(cfg.init_from):
+        raise ConfigError(f"init_from={cfg.init_from}: no such checkpoint file or run directory")
+
+
+# -----------------------------------------------------------------------------
+# run directory: one run per out_dir, held by a lock file while it trains (docs/reliability.md)
+
+RUN_FILES = ("ckpt.pt", "metrics.jsonl")  # out_dir holds a run when it has one of these
+LOCK_FILE = "run.lock"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
+
+
+def lock_holder(out_dir: str) -> str | None:
+    """Who holds out_dir's lock ("pid N on HOST"), or None: no lock, or a stale one whose process is gone."""
+    path = os.path.join(out_dir, LOCK_FILE)
+    try:
+        with open(path) as f:
+            pid_text, host = (f.read().split() + ["", ""])[:2]
+        age = time.time() - os.path.getmtime(path)
+    except FileNotFoundError:
+        return None
+    if not pid_text.isdigit():  # a run between creating the file and writing its pid, or debris of a crash
+        return "a run that is just starting" if age < 10 else None
+    if host != socket.gethostname():
+        return f"pid {pid_text} on {host} (another machine: delete {path} if that run is dead)"
+    if int(pid_text) == os.getpid():
+        return None  # this process: its own lock is no other run
+    return f"pid {pid_text} on {host}" if pid_alive(int(pid_text)) else None
+
+
+def in_use(out_dir: str, holder: str) -> str:
+    return f"out_dir={out_dir} is in use by another run ({holder}); wait for it to finish or choose another out_dir"
+
+
+def acquire_lock(out_dir: str) -> str:
+    """Create out_dir and its lock file (O_EXCL: of two runs at once, exactly one succeeds); a stale lock
+    left by a killed run is replaced. Returns the lock's path."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"out_dir={out_dir}: cannot create it ({e.strerror})") from None
+    path = os.path.join(out_dir, LOCK_FILE)
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = lock_holder(out_dir)
+            if holder is not None:
+                raise SystemExit(in_use(out_dir, holder)) from None
+            print(f"replacing the stale lock {path}: the run that held it is no longer running")
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            continue
+        except OSError as e:
+            raise SystemExit(f"out_dir={out_dir}: cannot write its lock file ({e.strerror})") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()} {socket.gethostname()}\n")
+        return path
+    raise SystemExit(f"out_dir={out_dir}: could not take its lock {path}; another run is starting there")
+
+
+def release_lock(path: str) -> None:
+    try:
+        with open(path) as f:
+            mine = f.read().split()[:1] == [str(os.getpid())]
+        if mine:
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def check_run_dir(cfg: TrainConfig) -> None:
+    """Refuse, before any work, an out_dir this run must not write to: a file, a directory another live
+    run holds, or (without resume/overwrite) one that holds a run a fresh start would destroy."""
+    out = cfg.out_dir
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise SystemExit(f"out_dir={out} is a file, not a directory; choose another out_dir")
+    holder = lock_holder(out)
+    if holder is not None:
+        raise SystemExit(in_use(out, holder))
+    if cfg.resume and cfg.overwrite:
+        raise SystemExit("resume=True continues the run in out_dir and overwrite=True deletes it: pass one of them")
+    ckpt_path = os.path.join(out, "ckpt.pt")
+    if cfg.resume and not os.path.exists(ckpt_path):
+        raise SystemExit(f"resume=True but there is no {ckpt_path}; drop --resume to start a new run")
+    found = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
+    if found and not cfg.resume and not cfg.overwrite:
+        raise SystemExit(f"out_dir={out} already holds a run ({', '.join(found)}): continue it with --resume=True, "
+                         "or pass --overwrite=True to delete it and start afresh")
+
+
+def remove_run_files(out_dir: str) -> None:
+    """overwrite=True: forget the previous run of out_dir (its checkpoint and its log)."""
+    for name in RUN_FILES + ("ckpt.pt.tmp",):
+        path = os.path.join(out_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
+            print(f"overwrite=True: removed {path}")
+
+
+# -----------------------------------------------------------------------------
+# resume: what may change, and the record of what did
+
+RESUME_KEYS = ("model", "model_config", "config", "optimizer", "step", "data_pos", "rank_state")
+# the budget and the checkpoint cadence may change on every resume (extending a run is routine)
+RESUME_MAY_CHANGE = ("max_iters", "max_minutes", "eval_interval")
+# where and how the run is executed and logged: not part of what is trained, never compared
+NOT_HYPERPARAMETERS = ("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device", "compile",
+                       "wandb_log", "wandb_project", "wandb_run_name")
+# the checkpoint's tensors (weights, optimizer, buffer) only fit these values, even with allow_config_change
+RESUME_FIXED = ("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "pos_emb", "batch_size")
+
+
+def load_resume(ckpt_path: str) -> dict:
+    try:
+        return load_checkpoint(ckpt_path, required=RESUME_KEYS)
+    except CheckpointError as e:
+        raise SystemExit(f"resume: {e}") from None
+
+
+def resume_config(resume: dict, cfg: TrainConfig, ckpt_path: str) -> dict:
+    """The run config of a resumed run: the checkpoint's, with the changes this run makes. A changed
+    hyperparameter outside RESUME_MAY_CHANGE is refused unless allow_config_change=True; every change
+    is appended to config["history"] with the step it takes effect from."""
+    saved, now = resume["config"], config_to_dict(cfg)
+    default = config_to_dict(TrainConfig())  # a key newer than the checkpoint: it ran with the default
+    changed = {}
+    for key, value in now.items():
+        old = saved.get(key, default[key])
+        if key in NOT_HYPERPARAMETERS or old == value:
+            continue
+        if key in RESUME_FIXED or (key not in RESUME_MAY_CHANGE and not cfg.allow_config_change):
+            hint = ("the checkpoint's weights and state only fit its value" if key in RESUME_FIXED else
+                    "pass the checkpoint's value, or --allow_config_change=True to go on with the new one")
+            raise SystemExit(f"resume: {key} changed: {ckpt_path} has {key}={old!r}, this run {key}={value!r}; {hint}")
+        changed[key] = [old, value]
+    run_config = saved | {key: new for key, (_, new) in changed.items()}
+    if changed:
+        run_config["history"] = list(saved.get("history", [])) + [{"step": resume["step"], "changed": changed}]
+    return run_config
 
 
 def model_config(cfg: TrainConfig) -> ModelConfig:
@@ -237,12 +429,6 @@ def set_rng_state(state: dict, gen: torch.Generator, device: str) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def save_atomic(obj: dict, path: str) -> None:
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # a crash mid-write never leaves a truncated ckpt.pt
-
-
 def to_device(state, device):
     if isinstance(state, torch.Tensor):
         return state.to(device)
@@ -255,10 +441,10 @@ def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
     """init_from: load another run's weights into `model`; a missing relay LN starts at gamma = beta = 0."""
     path = os.path.join(cfg.init_from, "ckpt.pt") if os.path.isdir(cfg.init_from) else cfg.init_from
     try:
-        parent = torch.load(path, map_location="cpu", weights_only=True)
-        pcfg, pmodel = parent["model_config"], parent["model"]
-    except Exception as e:
-        raise SystemExit(f"init_from={cfg.init_from}: not a readable train_sudoku.py checkpoint ({type(e).__name__})")
+        parent = load_checkpoint(path, required=("model", "model_config"))
+    except CheckpointError as e:
+        raise SystemExit(f"init_from={cfg.init_from}: not a readable train_sudoku.py checkpoint: {e}") from None
+    pcfg, pmodel = parent["model_config"], parent["model"]
     mine = asdict(model.config)
     for key in ("tie_embeddings", "n_embd", "vocab_size", "n_layer", "n_head", "d_ff", "block_size", "pos_emb"):
         if pcfg.get(key, False) != mine[key]:
@@ -294,17 +480,42 @@ def drop_records_after(log_path: str, step: int) -> None:
     if not os.path.exists(log_path):
         return
     with open(log_path) as f:
-        lines = [line for line in f if line.strip()]
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
-    if len(kept) < len(lines):
-        with open(log_path, "w") as f:
+        lines = f.readlines()
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill mid-write
+        if record["step"] <= step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if kept != lines:
+        tmp = log_path + ".tmp"
+        with open(tmp, "w") as f:
             f.writelines(kept)
+        os.replace(tmp, log_path)  # a kill during the rewrite keeps the old log whole
 
 
 def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
-    """Run (or resume) training; returns the last metrics. train_data / val_data: objects with
-    .question and .answer (N, 81) token arrays; default: prepare_data.load_puzzles from data_dir."""
+    """Run (or resume) training in cfg.out_dir, which this run holds locked; returns the last metrics.
+    train_data / val_data: objects with .question and .answer (N, 81) token arrays; default:
+    prepare_data.load_puzzles from data_dir."""
     check_config(cfg)
+    if int(os.environ.get("RANK", 0)) != 0:
+        return train_locked(cfg, train_data, val_data)  # DDP: rank 0 holds the lock for every rank
+    check_run_dir(cfg)
+    created = not os.path.isdir(cfg.out_dir)
+    lock = acquire_lock(cfg.out_dir)
+    try:
+        check_run_dir(cfg)  # again, under the lock: a run may have finished here since the first check
+        return train_locked(cfg, train_data, val_data)
+    finally:
+        release_lock(lock)
+        if created and not os.listdir(cfg.out_dir):
+            os.rmdir(cfg.out_dir)  # failed before writing anything: leave no trace
+
+
+def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     ddp = int(os.environ.get("RANK", -1)) != -1
     device = pick_device(cfg.device)
     if ddp:
@@ -329,8 +540,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
 
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
-    if cfg.resume and not os.path.exists(ckpt_path):
-        raise SystemExit(f"resume=True but there is no {ckpt_path}; drop --resume to start a new run")
+    resume = load_resume(ckpt_path) if cfg.resume else None
+    run_config = resume_config(resume, cfg, ckpt_path) if resume is not None else config_to_dict(cfg)
 
     # data
     train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
@@ -343,23 +554,12 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         val_q = None
 
     # model, optimizer, state
-    resume = None
-    if cfg.resume:
-        resume = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        saved = resume["config"]
-        for key in ("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "pos_emb", "batch_size",
-                    "seed", "K"):
-            if saved.get(key) != getattr(cfg, key):
-                raise SystemExit(f"resume: {ckpt_path} was trained with {key}={saved.get(key)!r}, not "
-                                 f"{getattr(cfg, key)!r}; pass the same config")
     torch.manual_seed(cfg.seed + rank)  # dropout differs per rank
     gen = torch.Generator().manual_seed(cfg.seed)  # data noise (MLM masks, tau): the same stream on every rank
     mcfg = model_config(cfg)
     model = SudokuTransformer(mcfg)
-    run_config = config_to_dict(cfg)
     if resume is not None:
         model.load_state_dict(resume["model"])
-        run_config = resume["config"] | {"max_iters": cfg.max_iters, "eval_interval": cfg.eval_interval}
     elif cfg.init_from:
         parent = load_parent(cfg, model)
         run_config["parent"] = parent
@@ -375,6 +575,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     step, pos, train_seconds = 0, 0, 0.0
     if resume is not None:
         optimizer.load_state_dict(resume["optimizer"])
+        for group, decay in zip(optimizer.param_groups, (cfg.weight_decay, 0.0)):
+            group.update(betas=(cfg.beta1, cfg.beta2), weight_decay=decay)  # the saved ones, unless allowed to change
         if ema is not None and resume.get("ema") is not None:
             ema.load_state_dict(to_device(resume["ema"], device))
         step, pos, train_seconds = resume["step"], resume["data_pos"], resume.get("train_seconds", 0.0)
@@ -387,7 +589,8 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         if master:
             drop_records_after(log_path, step)
     if master:
-        os.makedirs(cfg.out_dir, exist_ok=True)
+        if cfg.overwrite:
+            remove_run_files(cfg.out_dir)
         print_config(cfg)
         if use_bf16 and device_type == "cpu" and not cpu_has_fast_bf16():
             print("warning: dtype=bfloat16 on a CPU without avx512_bf16/amx_bf16 is several times slower than "
@@ -438,10 +641,10 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         else:
             ranks = [rank_state]
         if master:
-            save_atomic({"model": raw_model.state_dict(), "model_config": asdict(mcfg), "config": run_config,
-                         "ema": ema.state_dict() if ema else None, "optimizer": optimizer.state_dict(),
-                         "step": step, "data_pos": pos, "train_seconds": train_seconds, "rank_state": ranks,
-                         "metrics": metrics}, ckpt_path)
+            save_checkpoint({"model": raw_model.state_dict(), "model_config": asdict(mcfg), "config": run_config,
+                             "ema": ema.state_dict() if ema else None, "optimizer": optimizer.state_dict(),
+                             "step": step, "data_pos": pos, "train_seconds": train_seconds, "rank_state": ranks,
+                             "metrics": metrics}, ckpt_path)
 
     def log(record: dict) -> None:
         with open(log_path, "a") as f:
@@ -453,7 +656,7 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     model.train()
     metrics: dict = {}
     t0, loss_acc, n_acc, new_acc, log_seconds = time.time(), 0.0, 0, 0, 0.0
-    done = step >= cfg.max_iters
+    done = step >= cfg.max_iters or (cfg.max_minutes > 0 and train_seconds >= 60 * cfg.max_minutes)
     while not done:
         lr = lr_at(step, cfg)
         for group in optimizer.param_groups:

@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides for every run")
     p.add_argument("--plot_only", action="store_true", help="train nothing: read the runs in --runs")
     p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 20 steps): checks the pipeline only")
+    p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
+                   "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
     objectives = runs.objective_list(args.objectives)
     buffers = [b.strip() for b in args.buffers.split(",") if b.strip()]
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
             per_run = 2 // forwards[o] if args.iters is not None else 1  # a step budget gives MLM 2x the steps
             budget = runs.budget_args(args.minutes, None if args.iters is None else args.iters * per_run)
             runs.train(o, dirs[o, b], args.seed, budget + extra + [f"--data_dir={data_dir}",
-                       f"--eval_interval={args.eval_interval * per_run}", *train_args])
+                       f"--eval_interval={args.eval_interval * per_run}", *train_args], replace=args.replace_runs)
     curves = {}
     for key in plan:
         path = os.path.join(dirs[key], "metrics.jsonl")

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides for every run")
     p.add_argument("--sample_args", default="", help="extra sample.py options")
     p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 30 + 20 steps, 2 seeds): checks the pipeline only")
+    p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
+                   "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
     seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
     train_args, data_args = shlex.split(args.train_args), []
@@ -81,13 +83,15 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"--parent_from: no finished run at {parent} (ckpt.pt missing)")
             spent = f"{runs.checkpoint_step(parent)} steps"
         else:
-            parent = runs.train("mlm", os.path.join(run_dir, f"s{seed}", "parent_mlm"), seed, parent_budget + common)
+            parent = runs.train("mlm", os.path.join(run_dir, f"s{seed}", "parent_mlm"), seed, parent_budget + common,
+                                replace=args.replace_runs)
         parents.append(parent)
         for objective in objectives:
             is_mlm = objective == "mlm"
             child = runs.train(objective, os.path.join(run_dir, f"s{seed}", objective), seed,
                                (mlm_budget if is_mlm else child_budget) + common
-                               + [f"--init_from={parent}", f"--warmup_iters={args.warmup_iters}"])
+                               + [f"--init_from={parent}", f"--warmup_iters={args.warmup_iters}"],
+                               replace=args.replace_runs)
             children.append(child)
             more = (f"+{args.minutes:g} min" if args.minutes is not None
                     else f"+{mlm_iters if is_mlm else args.iters} steps")

@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides, e.g. '--max_iters=800'")
     p.add_argument("--sample_args", default="", help="extra sample.py options, e.g. '--taus=0.1,0.15'")
     p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data, 20 steps): checks the pipeline only")
+    p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
+                   "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
     seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
     train_args, data_args = shlex.split(args.train_args), []
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     for seed in seeds:
         for objective in objectives:
             out = runs.train(objective, os.path.join(run_dir, f"{objective}_s{seed}"), seed,
-                             [f"--data_dir={data_dir}", *train_args])
+                             [f"--data_dir={data_dir}", *train_args], replace=args.replace_runs)
             ckpts.append(out)
     t_train = time.time() - t0
     cohorts = "all,deduction_only" if runs.has_derived_fields(data_dir) else "all"

@@ -1,6 +1,6 @@
 """Shared plumbing of the experiment drivers: run a command with its output teed to a log, train one
-run unless an identical finished one is already there (resuming an interrupted one), evaluate
-checkpoints with sample.py.
+run unless an identical finished one is already there (resuming an interrupted one, extending one to a
+larger budget, never deleting one without replace=True), evaluate checkpoints with sample.py.
 
 Every run is a `python train_sudoku.py config/cpu_<objective>.py ...` subprocess, so a driver does
 nothing a user could not type by hand; the commands are echoed as they start.
@@ -66,36 +66,80 @@ def has_derived_fields(data_dir: str) -> bool:
     return "strategies_used" in pq.read_schema(os.path.join(os.path.abspath(data_dir), "test.parquet")).names
 
 
-def train(objective: str, out_dir: str, seed: int, args: list[str]) -> str:
-    """Train one run into out_dir; returns out_dir. A run that already finished with the same command
-    is skipped; one that was interrupted (killed, out of session time) resumes from its last checkpoint,
-    so a long study can be stopped and restarted. Anything else in out_dir is replaced."""
+BUDGET_KEYS = ("--max_minutes", "--max_iters")  # a finished run may be extended to a larger budget
+
+
+def read_marker(path: str) -> list[str] | None:
+    """The command recorded in STARTED.json / DONE.json, or None without one."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("cmd")
+
+
+def write_marker(path: str, record: dict) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+
+
+def changed_args(old: list[str], new: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """{argument: (old value, new value)} for the --key=value and positional arguments that differ."""
+    def as_dict(cmd: list[str]) -> dict[str, str]:
+        return dict(a.split("=", 1) if a.startswith("--") and "=" in a else (f"argument {i}", a) for i, a in enumerate(cmd))
+    a, b = as_dict(old), as_dict(new)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def is_extension(changes: dict[str, tuple[str | None, str | None]]) -> bool:
+    """Only the budget changed, and it grew: the run can be resumed to the new budget."""
+    def grew(old, new) -> bool:
+        try:
+            return float(new) >= float(old)
+        except (TypeError, ValueError):
+            return False
+    return bool(changes) and all(k in BUDGET_KEYS and grew(*v) for k, v in changes.items())
+
+
+def train(objective: str, out_dir: str, seed: int, args: list[str], replace: bool = False) -> str:
+    """Train one run into out_dir; returns out_dir. Never deletes a run unless replace=True:
+    - a run finished with the same command is skipped;
+    - one interrupted (killed, out of session time) resumes from its last checkpoint;
+    - one whose command differs only by a larger budget (--max_minutes / --max_iters) is resumed to it;
+    - any other run there (another command's, or one this driver did not start) stops the driver with one
+      line naming the differing arguments; replace=True deletes it and trains afresh."""
     cmd = [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
     full = os.path.abspath(out_dir)
     done, started = os.path.join(full, "DONE.json"), os.path.join(full, "STARTED.json")
-
-    def same_command(marker: str) -> bool:
-        if not os.path.exists(marker):
-            return False
-        with open(marker) as f:
-            return json.load(f).get("cmd") == cmd[1:]
-
-    if same_command(done):
-        print(f"{out_dir}: already trained with the same command, skipped (delete it to retrain)")
+    has_ckpt = os.path.exists(os.path.join(full, "ckpt.pt"))
+    holds_run = has_ckpt or os.path.exists(os.path.join(full, "metrics.jsonl"))
+    previous = read_marker(done) or read_marker(started)
+    changes = changed_args(previous, cmd[1:]) if previous is not None else {}
+    if previous is not None and not changes and os.path.exists(done):
+        print(f"{out_dir}: already trained with the same command, skipped")
         return out_dir
-    resume = same_command(started) and os.path.exists(os.path.join(full, "ckpt.pt"))
+    conflict = (previous is None and holds_run) or (bool(changes) and not is_extension(changes))
+    if conflict and not replace:
+        what = ("holds a run this driver did not start" if previous is None else "holds a run of another command ("
+                + "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in changes.items()) + ")")
+        raise SystemExit(f"{out_dir} {what}; use another directory, or replace it (the driver's --replace_runs flag)")
+    if conflict:
+        print(f"{out_dir}: replacing the run there (replace=True)")
+        shutil.rmtree(full)
+        has_ckpt = holds_run = False
+    resume = has_ckpt
     if resume:
-        print(f"{out_dir}: interrupted run of the same command, resuming from its checkpoint")
-    else:
-        if os.path.exists(full):
-            shutil.rmtree(full)  # a fresh start: train_sudoku.py appends to metrics.jsonl
-        os.makedirs(full)
-        with open(started, "w") as f:
-            json.dump({"cmd": cmd[1:]}, f)
+        print(f"{out_dir}: " + ("extending the run to the new budget" if changes else "interrupted run of the same command")
+              + ", resuming from its checkpoint")
+        if os.path.exists(done):
+            os.remove(done)  # not finished under the new budget until it gets there
+    os.makedirs(full, exist_ok=True)
+    write_marker(started, {"cmd": cmd[1:]})
+    # a run killed before its first checkpoint left only log lines: it starts again from scratch
+    flags = ["--resume=True"] if resume else (["--overwrite=True"] if holds_run else [])
     t0 = time.time()
-    sh(cmd + (["--resume=True"] if resume else []), log=os.path.join(full, "train.log"))
-    with open(done, "w") as f:
-        json.dump({"cmd": cmd[1:], "seconds": round(time.time() - t0, 1), "resumed": resume}, f)
+    sh(cmd + flags, log=os.path.join(full, "train.log"))
+    write_marker(done, {"cmd": cmd[1:], "seconds": round(time.time() - t0, 1), "resumed": resume})
     return out_dir
 
 
@@ -116,8 +160,11 @@ def evaluate(ckpts: list[str], labels: list[str] | None, data_dir: str, n: int, 
 
 def checkpoint_step(run_dir: str) -> int:
     """The step a finished train_sudoku.py run saved its checkpoint at."""
-    import torch
-    return int(torch.load(os.path.join(run_dir, "ckpt.pt"), map_location="cpu", weights_only=False)["step"])
+    from checkpoint import CheckpointError, load_checkpoint
+    try:
+        return int(load_checkpoint(os.path.join(run_dir, "ckpt.pt"), required=("step",))["step"])
+    except CheckpointError as e:
+        raise SystemExit(str(e)) from None
 
 
 def int_list(text: str) -> list[int]:

@@ -44,3 +44,21 @@ def test_help_lists_the_keys(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "steps" in out and "= 10" in out
+
+
+def test_errors_inside_a_preset_file_are_one_line_naming_file_and_line(tmp_path):
+    """Bug checked: exec() of the preset outside a try; a syntax error or a NameError in a preset came out as
+    a traceback instead of a ConfigError (which the scripts print as one line)."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("steps = 5\nlr = (1e-3\n")
+    with pytest.raises(ConfigError, match=f"config file {broken}, line 2: syntax error") as e:
+        load_config(Cfg, [str(broken)])
+    assert "\n" not in str(e.value)
+    typo = tmp_path / "typo.py"
+    typo.write_text("steps = 5\nlr = 1e-3 * scale\n")
+    with pytest.raises(ConfigError, match=f"config file {typo}, line 2: NameError: name 'scale' is not defined"):
+        load_config(Cfg, [str(typo)])
+    binary = tmp_path / "binary.py"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="not a text file"):
+        load_config(Cfg, [str(binary)])

@@ -493,7 +493,7 @@ def test_compare_adaptation_reuses_parents_and_matches_compute(tmp_path):
 
 def test_driver_resumes_an_interrupted_run_and_skips_a_finished_one(tmp_path, monkeypatch):
     """runs.train: killed mid-run -> the same command resumes from ckpt.pt; finished -> skipped;
-    another command -> a fresh run. Training is faked: only the driver's bookkeeping is under test."""
+    another command -> refused, a fresh run with replace=True. Training is faked: only the driver's bookkeeping is under test."""
     calls = []
 
     def fake_sh(cmd, log=None):
@@ -511,5 +511,7 @@ def test_driver_resumes_an_interrupted_run_and_skips_a_finished_one(tmp_path, mo
     assert calls[1] == calls[0] + ["--resume=True"]
     runs.train("relay", out, 1, ["--max_minutes=60"])
     assert len(calls) == 2  # finished: skipped
-    runs.train("relay", out, 1, ["--max_minutes=30"])
+    with pytest.raises(SystemExit, match="holds a run of another command"):  # never deleted silently
+        runs.train("relay", out, 1, ["--max_minutes=30"])
+    runs.train("relay", out, 1, ["--max_minutes=30"], replace=True)
     assert calls[2][-1] == "--max_minutes=30" and "--resume=True" not in calls[2]
