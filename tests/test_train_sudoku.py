@@ -325,3 +325,38 @@ def test_malformed_data_is_a_one_line_error(tmp_path):
     os.remove(os.path.join(data, "test.parquet"))
     with pytest.raises(SystemExit, match="test.parquet not found.*--source=hf"):
         guard(PAPER_CONFIG, f"--data_dir={data}")
+
+
+def test_guard_reads_what_prepare_data_records(tmp_path, monkeypatch, capsys):
+    """End to end with prepare_data.py's real meta.json: a local copy of the hub data (prepared with
+    --source=hf through RELAY_SUDOKU_HF_DATASET) passes a paper config; the same puzzles prepared with
+    --source=file are refused, and with --allow_any_data=True a (shrunk) paper config trains on them
+    and says it is not comparable. Catches: the guard and prepare_data.py disagreeing on where the
+    source is recorded (tried: the guard reading meta["source"])."""
+    import pandas as pd
+    import prepare_data as P
+    rng = np.random.default_rng(5)
+    solution = random_grids(60, rng)
+    question = solution.copy()
+    for row in question:
+        row[rng.permutation(81)[:8]] = 0
+    frame = pd.DataFrame({"source": "test", "question": P.digits_to_strings(question),
+                          "answer": P.digits_to_strings(solution), "rating": 0})
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    frame.iloc[:50].to_parquet(hub / "train.parquet", index=False)
+    frame.iloc[50:].to_parquet(hub / "test.parquet", index=False)
+    monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(hub))
+    P.main(["--source=hf", f"--out_dir={tmp_path / 'sx'}", "--n_val=4"])
+    frame.to_csv(tmp_path / "mine.csv", index=False)
+    P.main(["--source=file", f"--path={tmp_path / 'mine.csv'}", f"--out_dir={tmp_path / 'mine'}", "--workers=1"])
+    capsys.readouterr()
+    guard(PAPER_CONFIG, f"--data_dir={tmp_path / 'sx'}", "--eval_puzzles=10")
+    assert capsys.readouterr().out == ""
+    with pytest.raises(SystemExit, match="source=file"):
+        guard(PAPER_CONFIG, f"--data_dir={tmp_path / 'mine'}", "--eval_puzzles=6")
+    small = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--d_ff=32", "--batch_size=8", "--max_iters=1",
+             "--eval_puzzles=6", "--eval_batch_size=6", "--device=cpu", f"--out_dir={tmp_path / 'o'}"]
+    ts.main([PAPER_CONFIG, f"--data_dir={tmp_path / 'mine'}", "--allow_any_data=True", *small])
+    assert "NOT comparable" in capsys.readouterr().out
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["step"] == 1
