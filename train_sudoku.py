@@ -1,6 +1,7 @@
 """Train a Sudoku MDM with one of the four objectives of Table 1: mlm, rollout, relay_sg, relay.
 
     python prepare_data.py                                     # once: data/sudoku
+    python prepare_data.py --source=hf --out_dir=data/sudoku-extreme   # once: the paper configs' data
     python train_sudoku.py config/relay_tied.py --seed=2       # the paper's run (one GPU, bf16)
     python train_sudoku.py config/cpu_relay.py                 # a small run that learns on a laptop CPU
     python train_sudoku.py config/cpu_relay.py --resume=True   # continue out_dir/ckpt.pt exactly
