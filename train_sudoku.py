@@ -191,7 +191,8 @@ def check_data(cfg: TrainConfig) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         key, source = {}, None
     if cfg.paper_config and source != "hf":
-        found = f"{cfg.data_dir} holds data from source={source}" if source else f"{meta_path} is missing or unreadable"
+        found = (f"{cfg.data_dir} holds data from source={source}" if source else f"{meta_path} is missing or unreadable"
+                 if os.path.isdir(cfg.data_dir) else f"there is no {cfg.data_dir}")
         if paper:
             raise SystemExit(f"this Table 1 config trains on the paper's Sudoku-Extreme, but {found}: run `{hub}` "
                              "(or pass --allow_any_data=True for a run that is not comparable with the paper)")
