@@ -11,10 +11,12 @@ confident cell) with their argmax values, and, for relay models, feeds the last 
 into the next step (h = 0 at the first step). Clues never change; a puzzle is done when no [MASK] is
 left; at most `max_steps` loop steps, then one final forward fills whatever is still masked.
 
-NFE is reported two ways (design note 4.3):
-  nfe        forward passes the puzzle itself took (finished puzzles leave the batch),
-  batch_nfe  the paper's count: loop iterations of the puzzle's batch + 1 final forward, i.e.
-             1 + the slowest puzzle of its batch. Depends on batch_size (the paper used 512).
+NFE is reported three ways (definitions and the Table 1 columns they match: docs/sudoku_metrics.md):
+  nfe         forward passes the puzzle itself took (finished puzzles leave the batch),
+  batch_nfe   the authors' count: loop iterations of the puzzle's batch + 1 final forward, i.e.
+              1 + the slowest puzzle of its batch. Depends on batch_size (Table 1 unfiltered: 512).
+  batch1_nfe  the same count at batch size 1: the puzzle's own loop steps + 1 final forward
+              (the basis of the authors' one-puzzle-at-a-time deduction-only runs).
 """
 import argparse
 import hashlib
@@ -34,8 +36,8 @@ from relay import confidence_unmask
 from sudoku import DIGIT0, MASK, N_CELLS, UNITS  # UNITS: (27, 9) cell indices of rows, columns, boxes
 
 TAUS = (0.05, 0.10, 0.15, 0.20, 0.25)  # the paper's inference sweep
-METRIC_KEYS = ("exact_match", "token_accuracy", "mean_nfe", "batch_nfe", "legal_rate",
-               "violations_final", "violations_rollout", "cells_per_step", "n")
+METRIC_KEYS = ("exact_match", "token_accuracy", "mean_nfe", "batch_nfe", "batch1_nfe", "legal_rate",
+               "violations_final", "violations_rollout", "violating_snapshots", "cells_per_step", "n")
 OBJECTIVE_NAMES = {"mlm": "MLM", "rollout": "Rollout", "relay_sg": "Relay (sg)", "relay": "Relay"}
 # one colour per objective in every figure (matplotlib's first four), so plots can be read side by side
 OBJECTIVE_COLORS = {"mlm": "C0", "rollout": "C1", "relay_sg": "C2", "relay": "C3"}
@@ -54,6 +56,17 @@ def count_violations(tokens: torch.Tensor) -> torch.Tensor:
     per_unit = digits[:, torch.as_tensor(UNITS, device=tokens.device)]  # (N, 27, 9)
     counts = torch.nn.functional.one_hot(per_unit, 10)[..., 1:].sum(2)  # (N, 27, 9) count of each digit
     return (counts - 1).clamp(min=0).sum((1, 2))
+
+
+def violating_snapshots(trajectory: torch.Tensor) -> torch.Tensor:
+    """The authors' per-puzzle violation count: how many snapshots of a decode contain any violation.
+
+    trajectory (..., T, 81): the initial board, the board after each loop forward, then the final-fill
+    snapshot (the final board; when the loop already finished the puzzle it repeats the last board, so an
+    illegal final board counts twice). -> (...) number of boards with count_violations > 0.
+    """
+    flat = trajectory.reshape(-1, N_CELLS)
+    return (count_violations(flat) > 0).view(trajectory.shape[:-1]).sum(-1)
 
 
 def is_legal(tokens: torch.Tensor) -> torch.Tensor:
@@ -75,6 +88,8 @@ class DecodeResult:
     cells_per_step: torch.Tensor  # (N,) float, cells filled / nfe
     boards: list[torch.Tensor] | None = None  # per puzzle (nfe, 81) board after each forward
     commits: list[torch.Tensor] | None = None  # per puzzle (nfe, 81) bool, the cells committed by that forward
+    violating_snapshots: torch.Tensor | None = None  # (N,) violating_snapshots of [question, loop boards, final]
+    batch1_nfe: torch.Tensor | None = None  # (N,) the puzzle's own loop steps + 1 final forward
 
 
 def _device_of(model: torch.nn.Module, fallback: torch.device) -> torch.device:
@@ -101,6 +116,7 @@ def _decode_batch(model, x, tau, max_steps, carry, early_exit, record):
     B = x.size(0)
     steps = torch.zeros(B, dtype=torch.long, device=x.device)  # loop steps each puzzle took part in
     vio = torch.zeros(B, dtype=torch.long, device=x.device)
+    snap = torch.zeros(B, dtype=torch.long, device=x.device)  # loop boards with any violation
     trace = []  # (rows, boards, commits) per forward, only when recording
     rows = torch.arange(B, device=x.device)  # the batch rows the next forward runs on
     h = None  # relay state of `rows`; None = 0 at the first step
@@ -122,7 +138,9 @@ def _decode_batch(model, x, tau, max_steps, carry, early_exit, record):
         x[rows] = cur
         h = h_out
         steps[rows[live]] += 1
-        vio[rows[live]] += count_violations(cur[live])
+        v = count_violations(cur[live])
+        vio[rows[live]] += v
+        snap[rows[live]] += v > 0
         if record:
             trace.append((rows[live].cpu(), cur[live].cpu(), commit[live].cpu()))
     nfe = steps.clone()
@@ -141,7 +159,7 @@ def _decode_batch(model, x, tau, max_steps, carry, early_exit, record):
         vio[rows[left]] += count_violations(cur[left])
         if record:
             trace.append((rows[left].cpu(), cur[left].cpu(), commit[left].cpu()))
-    return steps, nfe, vio, trace
+    return steps, nfe, vio, snap, trace
 
 
 def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
@@ -166,7 +184,7 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
     questions = questions.cpu()  # results live on the CPU; batches go to the model's device one by one
     N = questions.size(0)
     pred = questions.clone().long()
-    nfe, batch_nfe, vio = (torch.zeros(N, dtype=torch.long) for _ in range(3))
+    nfe, batch_nfe, vio, snap, steps_all = (torch.zeros(N, dtype=torch.long) for _ in range(5))
     boards = [[] for _ in range(N)] if record_boards else None
     commits = [[] for _ in range(N)] if record_boards else None
     was_training = model.training
@@ -178,10 +196,12 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
             bar = tqdm(starts, desc=f"decode tau={tau:g}", unit="batch", disable=None if progress else True, leave=False)
             for s in bar:
                 x = pred[s:s + batch_size].to(device)
-                steps, n, v, trace = _decode_batch(model, x, tau, max_steps, carry, early_exit, record_boards)
+                steps, n, v, sn, trace = _decode_batch(model, x, tau, max_steps, carry, early_exit, record_boards)
                 pred[s:s + batch_size] = x.cpu()
                 nfe[s:s + batch_size] = n.cpu()
                 vio[s:s + batch_size] = v.cpu()
+                snap[s:s + batch_size] = sn.cpu()
+                steps_all[s:s + batch_size] = steps.cpu()
                 batch_nfe[s:s + batch_size] = 1 + int(steps.max())  # loop iterations + the final forward
                 for rows, b, c in trace:
                     for i, r in enumerate(rows.tolist()):
@@ -196,7 +216,9 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
         empty = torch.zeros(0, N_CELLS, dtype=torch.long)
         boards = [torch.stack(b) if b else empty for b in boards]
         commits = [torch.stack(c) if c else empty.bool() for c in commits]
-    return DecodeResult(pred, nfe, batch_nfe, vio, cells_per_step, boards, commits)
+    # the authors' snapshots: the initial board, the loop boards (counted above), the final-fill board
+    snap += (count_violations(questions) > 0).long() + (count_violations(pred) > 0).long()
+    return DecodeResult(pred, nfe, batch_nfe, vio, cells_per_step, boards, commits, snap, steps_all + 1)
 
 
 # -----------------------------------------------------------------------------
@@ -212,9 +234,11 @@ def score(questions: torch.Tensor, answers: torch.Tensor | None, result: DecodeR
     exact_match        fraction of puzzles whose 81 predicted ids all equal the answer
     token_accuracy     per puzzle, correct / non-clue cells, then the mean over puzzles
     mean_nfe           mean per-puzzle forward passes; batch_nfe the paper's batch-level count
+    batch1_nfe         mean of the batch-level count at batch size 1 (own loop steps + 1)
     legal_rate         fraction of final boards fully filled with 1..9 and no repeated digit in a unit
     violations_final   mean count_violations of the final board
     violations_rollout mean over puzzles of count_violations summed over the boards after each forward
+    violating_snapshots mean over puzzles of the authors' count of snapshots with any violation
     cells_per_step     mean over puzzles of cells filled / nfe
     """
     pred = result.pred
@@ -233,6 +257,9 @@ def score(questions: torch.Tensor, answers: torch.Tensor | None, result: DecodeR
     m["legal_rate"] = is_legal(pred).float().mean().item()
     m["violations_final"] = count_violations(pred).float().mean().item()
     m["violations_rollout"] = result.violations_rollout.float().mean().item()
+    for key in ("violating_snapshots", "batch1_nfe"):
+        value = getattr(result, key)
+        m[key] = None if value is None else value.float().mean().item()
     m["cells_per_step"] = result.cells_per_step.mean().item()
     m["n"] = int(pred.size(0))
     return m
@@ -283,29 +310,43 @@ def _fmt(values: list, scale: float = 1.0, digits: int = 2, unit: str = "") -> s
     return f"{m:.{digits}f}{unit}" + ("" if math.isnan(s) else f" ± {s:.{digits}f}")
 
 
-def format_table(entries: list[dict], tau: float) -> str:
-    """Table-1-style markdown: exact match (%) and NFE at τ per method, mean ± sample s.d. over seeds."""
+def format_table(entries: list[dict], tau: float, batch_size: int = 512) -> str:
+    """Table-1-style markdown at τ, mean ± sample s.d. over seeds (see docs/sudoku_metrics.md).
+
+    First Table 1's own columns in its order: Acc (%) and Mean NFE unfiltered, then deduction-only, the
+    NFE on the basis each column most likely used (unfiltered: the batch-level count at batch_size,
+    512 in the paper; deduction-only: the count at batch size 1). Then the other metrics per cohort.
+    """
     cohorts = [c for c in ("all", "deduction_only") if any(c in e["results"] for e in entries)]
     title = {"all": "unfiltered", "deduction_only": "deduction-only"}
+    paper_nfe = {"all": ("batch_nfe", f"batch-{batch_size} count"), "deduction_only": ("batch1_nfe", "batch-1 count")}
+    other_nfe = {"all": ("batch1_nfe", "batch-1 count"), "deduction_only": ("batch_nfe", f"batch-{batch_size} count")}
     head = ["Objective", "Tying", "seeds"]
     for c in cohorts:
-        head += [f"Acc (%) {title[c]}", f"NFE {title[c]}", f"batch NFE {title[c]}"]
+        head += [f"Acc (%) {title[c]}", f"Mean NFE {title[c]} ({paper_nfe[c][1]})"]
+    for c in cohorts:
+        head += [f"NFE per puzzle {title[c]}", f"NFE {title[c]} ({other_nfe[c][1]})", f"Legal (%) {title[c]}",
+                 f"Violating snapshots {title[c]}", f"Violations summed over boards {title[c]}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, group in group_by_method(entries).items():
         tied = group[0]["config"].get("tie_embeddings")
         tying = "?" if tied is None else ("tied" if tied else "untied")
         objective = name if group[0].get("label") else name.rpartition(", ")[0]
         row = [objective, tying, str(len(group))]
+        ms = {}
         for c in cohorts:
-            ms = [e["results"].get(c, {}).get(tau_key(tau)) for e in group]
-            ms = [m for m in ms if m is not None]
-            row += [_fmt([m["exact_match"] for m in ms], 100.0),
-                    _fmt([m["mean_nfe"] for m in ms]), _fmt([m["batch_nfe"] for m in ms])]
+            found = [e["results"].get(c, {}).get(tau_key(tau)) for e in group]
+            ms[c] = [m for m in found if m is not None]
+            row += [_fmt([m["exact_match"] for m in ms[c]], 100.0), _fmt([m.get(paper_nfe[c][0]) for m in ms[c]])]
+        for c in cohorts:
+            row += [_fmt([m["mean_nfe"] for m in ms[c]]), _fmt([m.get(other_nfe[c][0]) for m in ms[c]]),
+                    _fmt([m["legal_rate"] for m in ms[c]], 100.0),
+                    _fmt([m.get("violating_snapshots") for m in ms[c]]), _fmt([m["violations_rollout"] for m in ms[c]])]
         lines.append("| " + " | ".join(row) + " |")
     n = {c: sorted({e["results"][c][tau_key(tau)]["n"] for e in entries if tau_key(tau) in e["results"].get(c, {})})
          for c in cohorts}
     lines.append(f"τ = {tau:g}; n = " + ", ".join(f"{title[c]} {'/'.join(map(str, n[c]))}" for c in cohorts)
-                 + "; NFE per puzzle, batch NFE as the paper counted it (1 + slowest puzzle of each batch)")
+                 + "; the first columns are Table 1's, in its order; definitions in docs/sudoku_metrics.md")
     return "\n".join(lines)
 
 
@@ -614,8 +655,10 @@ def main(argv: list[str] | None = None) -> None:
              for (path, _, config), label in zip(ckpts, labels)]
     w = max(len(x) for x in names + ["checkpoint"])
     if ckpts:
+        # bNFE: batch-level count at --batch_size; b1NFE: at batch size 1; vsnap: the authors' violating
+        # snapshots; vsum: violations summed over the boards after each forward (docs/sudoku_metrics.md)
         print(f"{'checkpoint':<{w}} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>7} {'NFE':>6} {'bNFE':>6} "
-              f"{'legal%':>7} {'viol':>6} {'vroll':>7} {'cells/f':>7}")
+              f"{'b1NFE':>6} {'legal%':>7} {'viol':>6} {'vsnap':>6} {'vsum':>7} {'cells/f':>7}")
     for (path, model, config), label, name in zip(ckpts, labels, names):
         entry = {"path": path, "label": label, "config": config, "results": {}}
         for cohort, (q, a) in cohorts.items():
@@ -629,8 +672,9 @@ def main(argv: list[str] | None = None) -> None:
                 entry["results"][cohort][tau_key(tau)] = m
                 pct = lambda v: "n/a" if v is None else f"{100 * v:.2f}"  # noqa: E731
                 print(f"{name:<{w}} {cohort:<14} {tau:5.2f} {pct(m['exact_match']):>7} {pct(m['token_accuracy']):>7} "
-                      f"{m['mean_nfe']:6.2f} {m['batch_nfe']:6.2f} {100 * m['legal_rate']:7.2f} "
-                      f"{m['violations_final']:6.2f} {m['violations_rollout']:7.2f} {m['cells_per_step']:7.2f}", flush=True)
+                      f"{m['mean_nfe']:6.2f} {m['batch_nfe']:6.2f} {m['batch1_nfe']:6.2f} {100 * m['legal_rate']:7.2f} "
+                      f"{m['violations_final']:6.2f} {m['violating_snapshots']:6.2f} {m['violations_rollout']:7.2f} "
+                      f"{m['cells_per_step']:7.2f}", flush=True)
                 if record:
                     for i in range(q.size(0)):
                         dump.write(json.dumps({
@@ -651,7 +695,7 @@ def main(argv: list[str] | None = None) -> None:
             json.dump(meta | {"data_source": source, "checkpoints": entries}, f, indent=1)
         print(f"wrote {args.out}")
     if args.table:
-        print("\n" + format_table(entries, args.tau))
+        print("\n" + format_table(entries, args.tau, args.batch_size))
     if args.plot:
         plot_pareto(entries, args.plot, nfe=args.plot_nfe)
         print(f"wrote {args.plot}")

@@ -1,6 +1,7 @@
 """Train a Sudoku MDM with one of the four objectives of Table 1: mlm, rollout, relay_sg, relay.
 
     python prepare_data.py                                     # once: data/sudoku
+    python prepare_data.py --source=hf --out_dir=data/sudoku-extreme   # once: the paper configs' data
     python train_sudoku.py config/relay_tied.py --seed=2       # the paper's run (one GPU, bf16)
     python train_sudoku.py config/cpu_relay.py                 # a small run that learns on a laptop CPU
     python train_sudoku.py config/cpu_relay.py --resume=True   # continue out_dir/ckpt.pt exactly
@@ -47,6 +48,8 @@ class TrainConfig:
     # I/O
     out_dir: str = "out/sudoku"
     data_dir: str = "data/sudoku"
+    paper_config: bool = False  # set by the eight Table 1 presets: data_dir must hold the hub's Sudoku-Extreme
+    allow_any_data: bool = False  # let a paper config train on other data (tests, smoke runs); not comparable with the paper
     eval_interval: int = 5000  # steps between validations and checkpoints; 0 = only at the end
     eval_split: str = "val"  # prepared split for validation (the authors validated on the test split)
     eval_puzzles: int = 2048  # its first puzzles used (paper: 51,200)
@@ -357,6 +360,60 @@ class EMA:
     def load_state_dict(self, state: dict) -> None:
         self.shadow = {n: t.clone() for n, t in state["shadow"].items()}
         self.num_updates = state["num_updates"]
+
+
+def check_data(cfg: TrainConfig) -> None:
+    """Refuse a Table 1 config (paper_config=True) on data other than the paper's Sudoku-Extreme.
+
+    prepare_data.py records the data's origin in data_dir/meta.json (key.source: hf, generate or file);
+    only hf (the hub set, or a local copy of it loaded through RELAY_SUDOKU_HF_DATASET) is the paper's.
+    allow_any_data=True lets the run start and says that it is not comparable with the paper.
+    eval_puzzles above the size of the eval split: an error for a paper config, a notice otherwise.
+    """
+    import pyarrow.parquet
+
+    paper = cfg.paper_config and not cfg.allow_any_data
+    hub = f"python prepare_data.py --source=hf --out_dir={cfg.data_dir}"
+    say = print if int(os.environ.get("RANK", 0)) == 0 else (lambda *a: None)
+    meta_path = os.path.join(cfg.data_dir, "meta.json")
+    try:
+        with open(meta_path) as f:
+            key = json.load(f)["key"]
+        source = key["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        key, source = {}, None
+    if cfg.paper_config and source != "hf":
+        found = (f"{cfg.data_dir} holds data from source={source}" if source else f"{meta_path} is missing or unreadable"
+                 if os.path.isdir(cfg.data_dir) else f"there is no {cfg.data_dir}")
+        if paper:
+            raise SystemExit(f"this Table 1 config trains on the paper's Sudoku-Extreme, but {found}: run `{hub}` "
+                             "(or pass --allow_any_data=True for a run that is not comparable with the paper)")
+        say(f"notice: allow_any_data=True and {found}: this run is NOT comparable with the paper's Table 1")
+    if paper and key.get("n_train") is not None:
+        say(f"notice: {cfg.data_dir} keeps only the first {key['n_train']:,} hub training puzzles (the paper used all)")
+
+    def n_rows(split: str) -> int | None:
+        path = os.path.join(cfg.data_dir, f"{split}.parquet")
+        if not os.path.exists(path):
+            if paper:
+                raise SystemExit(f"{path} not found: build the paper's data with `{hub}`")
+            return None  # load_split says what to run
+        try:
+            return pyarrow.parquet.read_metadata(path).num_rows
+        except Exception as e:  # truncated or not parquet at all
+            rebuild = hub if cfg.paper_config else f"python prepare_data.py --out_dir={cfg.data_dir}"
+            raise SystemExit(f"{path} is not a readable parquet file ({type(e).__name__}): rebuild it with "
+                             f"`{rebuild} --force`") from None
+
+    n_rows("train")
+    n_eval = n_rows(cfg.eval_split) if cfg.eval_puzzles > 0 else None
+    if n_eval is not None and cfg.eval_puzzles > n_eval:
+        if paper:
+            raise SystemExit(f"eval_puzzles={cfg.eval_puzzles:,} but {cfg.data_dir}/{cfg.eval_split} has only "
+                             f"{n_eval:,} puzzles; the paper validates on the first 51,200 of the hub's 422,786 test "
+                             f"puzzles: rebuild with the whole test split, `{hub} --force`")
+        say(f"notice: eval_puzzles={cfg.eval_puzzles:,} but the {cfg.eval_split} split of {cfg.data_dir} has "
+            f"{n_eval:,} puzzles: validating on all {n_eval:,}")
 
 
 def load_split(split: str, data_dir: str):
@@ -739,6 +796,7 @@ def main(argv: list[str] | None = None) -> None:
         check_config(cfg)
     except ConfigError as e:
         raise SystemExit(str(e)) from None
+    check_data(cfg)
     train(cfg)
     if dist.is_initialized():
         dist.destroy_process_group()

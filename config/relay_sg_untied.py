@@ -1,10 +1,14 @@
 # Table 1, Relay (sg): relay state carried, gradient stopped at every step, untied embeddings, at the paper's settings
-# (design note sudoku.md 1-3: xtiny model, batch 512, AdamW 5e-4, warmup 2000, clip 0.5, 300k steps, EMA 0.9999).
+# (paper App. A.1: xtiny model, batch 512, AdamW 5e-4, warmup 2000, clip 0.5, 300k steps; EMA 0.9999 as in the authors' runs).
 # Three seeds: python train_sudoku.py config/relay_sg_untied.py --seed=2 --out_dir=out/relay_sg_untied_s2
 objective = "relay_sg"
 tie_embeddings = False
 out_dir = "out/relay_sg_untied"
 seed = 1
+# the paper's data: Sudoku-Extreme from the hub (python prepare_data.py --source=hf --out_dir=data/sudoku-extreme);
+# train_sudoku.py refuses other data for a paper config unless --allow_any_data=True (then not comparable)
+paper_config = True
+data_dir = "data/sudoku-extreme"
 batch_size = 512
 max_iters = 300_000
 eval_interval = 5000

@@ -64,6 +64,9 @@ def test_every_config_loads_and_builds_its_model(path):
         assert name == f"{cfg.objective}_{'tied' if cfg.tie_embeddings else 'untied'}.py"
         assert (cfg.batch_size, cfg.max_iters, cfg.learning_rate, cfg.warmup_iters, cfg.grad_clip, cfg.K) == (
             512, 300_000, 5e-4, 2000, 0.5, 2)
+        assert cfg.paper_config and cfg.data_dir == "data/sudoku-extreme"  # guarded: the hub data only
+    else:
+        assert not cfg.paper_config
     assert model.config.relay == (cfg.objective in ("relay", "relay_sg"))
     assert len(CONFIGS) >= 12
 
@@ -242,3 +245,118 @@ def test_bench_train_prints_a_row_per_objective(capsys):
     assert rows[0].split("|")[4].strip() == "1.00x"
     with pytest.raises(SystemExit, match="unknown objective"):
         bench.main(["--objectives=mlm,mdm"])
+
+
+# ----------------------------------------------------------------------------- the Table 1 data guard
+
+def fake_data(path, source: str | None, rows: dict, n_train=None) -> str:
+    """A data directory as prepare_data.py leaves it: {split}.parquet and meta.json recording the source."""
+    import pandas as pd
+    os.makedirs(path, exist_ok=True)
+    for split, n in rows.items():
+        pd.DataFrame({"question": ["." * 81] * n, "answer": ["1" * 81] * n}).to_parquet(os.path.join(path, f"{split}.parquet"))
+    if source is not None:
+        with open(os.path.join(path, "meta.json"), "w") as f:
+            json.dump({"key": {"source": source, "n_train": n_train}}, f)
+    return str(path)
+
+
+PAPER_CONFIG = os.path.join(ROOT, "config", "relay_tied.py")
+
+
+def guard(*args) -> None:
+    ts.check_data(load_config(ts.TrainConfig, list(args)))
+
+
+def test_paper_config_refuses_data_not_from_the_hub(tmp_path, monkeypatch):
+    """A Table 1 config stops with one line saying what to run when its data is generated, from a file,
+    of unknown origin or missing; main() runs the guard before training.
+    Catches: the check_data call dropped from main, and a guard that accepts any recorded source (both tried)."""
+    def no_training(cfg, *a):
+        raise AssertionError("training started: the data guard did not stop it")
+    monkeypatch.setattr(ts, "train", no_training)
+    rows = {"train": 4, "val": 2, "test": 2}
+    for source in ("generate", "file", None):
+        data = fake_data(tmp_path / str(source), source, rows)
+        with pytest.raises(SystemExit, match="prepare_data.py --source=hf") as e:
+            ts.main([PAPER_CONFIG, f"--data_dir={data}", f"--out_dir={tmp_path / 'o'}"])
+        assert "\n" not in str(e.value) and "allow_any_data" in str(e.value)
+    with pytest.raises(SystemExit, match="there is no .*nowhere: run `python prepare_data.py --source=hf"):
+        guard(PAPER_CONFIG, f"--data_dir={tmp_path / 'nowhere'}")
+    assert not (tmp_path / "o").exists()  # stopped before anything was written
+
+
+def test_allow_any_data_runs_a_paper_config_and_says_it_is_not_comparable(tmp_path, capsys):
+    """--allow_any_data=True passes the guard on generated data, prints that the run is not comparable,
+    and an eval_puzzles above the split is then only a notice.
+    Catches: the override ignored (the guard still stops) or silent (no notice). Both tried."""
+    data = fake_data(tmp_path, "generate", {"train": 4, "val": 2, "test": 3})
+    guard(PAPER_CONFIG, f"--data_dir={data}", "--allow_any_data=True")
+    out = capsys.readouterr().out
+    assert "NOT comparable" in out and "eval_puzzles=51,200" in out and "validating on all 3" in out
+
+
+def test_paper_config_on_hub_data(tmp_path, capsys):
+    """Hub data passes silently when the eval split is large enough; a cut test split (prepare_data.py
+    --n_test) is an error for a paper config and a notice for other configs; a train subset gets a notice.
+    Catches: eval_puzzles silently cut to the split size for a paper config (tried: the guard's check removed)."""
+    data = fake_data(tmp_path / "full", "hf", {"train": 4, "val": 2, "test": 51_200})
+    guard(PAPER_CONFIG, f"--data_dir={data}")
+    assert capsys.readouterr().out == ""
+    data = fake_data(tmp_path / "cut", "hf", {"train": 4, "val": 2, "test": 2_000}, n_train=4)
+    with pytest.raises(SystemExit, match="has only 2,000 puzzles") as e:
+        guard(PAPER_CONFIG, f"--data_dir={data}")
+    assert "\n" not in str(e.value)
+    guard(f"--data_dir={data}", "--eval_puzzles=51200", "--eval_split=test")  # not a paper config
+    assert "validating on all 2,000" in capsys.readouterr().out
+    guard(PAPER_CONFIG, f"--data_dir={data}", "--eval_puzzles=2000")
+    assert "first 4 hub training puzzles" in capsys.readouterr().out
+
+
+def test_malformed_data_is_a_one_line_error(tmp_path):
+    """A truncated / non-parquet split or a missing split of a paper config's data: one line, no traceback.
+    Catches: parquet read errors escaping as tracebacks (tried: the except clause removed)."""
+    data = fake_data(tmp_path / "bad", "hf", {"train": 4, "val": 2, "test": 51_200})
+    with open(os.path.join(data, "test.parquet"), "w") as f:
+        f.write("not parquet")
+    with pytest.raises(SystemExit, match="not a readable parquet file") as e:
+        guard(PAPER_CONFIG, f"--data_dir={data}")
+    assert "\n" not in str(e.value) and "--force" in str(e.value)
+    os.remove(os.path.join(data, "test.parquet"))
+    with pytest.raises(SystemExit, match="test.parquet not found.*--source=hf"):
+        guard(PAPER_CONFIG, f"--data_dir={data}")
+
+
+def test_guard_reads_what_prepare_data_records(tmp_path, monkeypatch, capsys):
+    """End to end with prepare_data.py's real meta.json: a local copy of the hub data (prepared with
+    --source=hf through RELAY_SUDOKU_HF_DATASET) passes a paper config; the same puzzles prepared with
+    --source=file are refused, and with --allow_any_data=True a (shrunk) paper config trains on them
+    and says it is not comparable. Catches: the guard and prepare_data.py disagreeing on where the
+    source is recorded (tried: the guard reading meta["source"])."""
+    import pandas as pd
+    import prepare_data as P
+    rng = np.random.default_rng(5)
+    solution = random_grids(60, rng)
+    question = solution.copy()
+    for row in question:
+        row[rng.permutation(81)[:8]] = 0
+    frame = pd.DataFrame({"source": "test", "question": P.digits_to_strings(question),
+                          "answer": P.digits_to_strings(solution), "rating": 0})
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    frame.iloc[:50].to_parquet(hub / "train.parquet", index=False)
+    frame.iloc[50:].to_parquet(hub / "test.parquet", index=False)
+    monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(hub))
+    P.main(["--source=hf", f"--out_dir={tmp_path / 'sx'}", "--n_val=4"])
+    frame.to_csv(tmp_path / "mine.csv", index=False)
+    P.main(["--source=file", f"--path={tmp_path / 'mine.csv'}", f"--out_dir={tmp_path / 'mine'}", "--workers=1"])
+    capsys.readouterr()
+    guard(PAPER_CONFIG, f"--data_dir={tmp_path / 'sx'}", "--eval_puzzles=10")
+    assert capsys.readouterr().out == ""
+    with pytest.raises(SystemExit, match="source=file"):
+        guard(PAPER_CONFIG, f"--data_dir={tmp_path / 'mine'}", "--eval_puzzles=6")
+    small = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--d_ff=32", "--batch_size=8", "--max_iters=1",
+             "--eval_puzzles=6", "--eval_batch_size=6", "--device=cpu", f"--out_dir={tmp_path / 'o'}"]
+    ts.main([PAPER_CONFIG, f"--data_dir={tmp_path / 'mine'}", "--allow_any_data=True", *small])
+    assert "NOT comparable" in capsys.readouterr().out
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["step"] == 1
