@@ -34,7 +34,7 @@ from tqdm import tqdm
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
 from fastdllm_model import (HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer,
-                            save_fastdllm, shift_hidden, shift_logits)
+                            resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 
 OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
@@ -252,10 +252,12 @@ def main(argv: list[str] | None = None) -> None:
     # ---- model
     use_relay = cfg.objective in ("relay_sg", "relay")
     try:
+        parent_dir = None  # the parent's remote code (*.py) is copied next to every saved checkpoint
         if cfg.init_from == "tiny":
             model, tokenizer = make_tiny_fastdllm(use_relay=use_relay, seed=cfg.seed, bd_size=cfg.bd_size), make_tiny_tokenizer()
         else:
-            model, tokenizer = load_fastdllm(cfg.init_from, use_relay=use_relay, dtype=torch.float32)
+            parent_dir = resolve_checkpoint(cfg.init_from)
+            model, tokenizer = load_fastdllm(parent_dir, use_relay=use_relay, dtype=torch.float32)
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     if model.config.bd_size != cfg.bd_size:
@@ -352,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
         # loadable model in the released layout
         sd = engine._zero3_consolidated_16bit_state_dict() if use_ds else (model.state_dict() if master else None)
         if master:
-            save_fastdllm(model, tokenizer, os.path.join(cfg.out_dir, f"ckpt-{it}"), state_dict=sd)
+            save_fastdllm(model, tokenizer, os.path.join(cfg.out_dir, f"ckpt-{it}"), state_dict=sd, remote_code_dir=parent_dir)
         # training state; written next to the old one and swapped in once complete
         tmp = resume_dir + ".tmp"
         if master:
