@@ -134,6 +134,23 @@ def make_step_fn(model, buffer: RolloutBuffer, bd_size: int, hidden_size: int, u
     return step_fn
 
 
+def micro_step_loss(model, objective: str, x0: torch.Tensor, maskable: torch.Tensor, buffer: RolloutBuffer | None,
+                    n_window: int, grad_accum: int, bd_size: int, mask_id: int, hidden_size: int, K: int, policy,
+                    noise_gen: torch.Generator | None = None) -> tuple[torch.Tensor, object]:
+    """One micro-step's share of the optimizer step's loss (call backward on it; the window's shares add up).
+
+    sft: summed CE / n_window, the response tokens of the whole accumulation window (the authors'
+    ForCausalLMLoss with num_items_in_batch: a token mean over the window, no 1/t weight).
+    rollout / relay_sg / relay: (L1 + L2) / grad_accum, each L_k a token mean over the micro-batch (paper
+    Alg. 1; the authors' per-micro-step mean then /GA). Returns (loss, RolloutOutput or None)."""
+    if objective == "sft":
+        return sft_loss(model, x0, maskable, bd_size, mask_id, noise_gen) / max(1, n_window), None
+    buffer.refill(x0, maskable)  # only finished slots take new rows (authors' StreamingBatch)
+    step_fn = make_step_fn(model, buffer, bd_size, hidden_size, objective != "rollout")
+    out = rollout_loss(step_fn, buffer, K=K, variant=objective, policy=policy, mask_id=mask_id)
+    return out.loss / grad_accum, out
+
+
 # -----------------------------------------------------------------------------
 # data: a per-rank view of a seeded permutation per epoch, so every rank sees different rows
 
@@ -396,17 +413,11 @@ def main(argv: list[str] | None = None) -> None:
             if world > 1 and not use_ds:
                 fwd.require_backward_grad_sync = boundary  # all-reduce only on the last micro-step
             with autocast:
-                if cfg.objective == "sft":
-                    x0, maskable = window[micro]
-                    loss = sft_loss(fwd, x0, maskable, cfg.bd_size, mask_id, noise_gen) / max(1, n_window)
-                    loss_sum += loss.item()
-                else:
-                    x0, maskable = next_batch()
-                    buffer.refill(x0, maskable)  # only finished slots take new rows (authors' StreamingBatch)
-                    step_fn = make_step_fn(fwd, buffer, cfg.bd_size, model.config.hidden_size, use_relay)
-                    out = rollout_loss(step_fn, buffer, K=cfg.K, variant=cfg.objective, policy=policy, mask_id=mask_id)
-                    loss = out.loss / grad_accum  # L1 + L2 per micro-step, mean over the window (design note 4.2.7)
-                    loss_sum += loss.item()
+                x0, maskable = window[micro] if cfg.objective == "sft" else next_batch()
+                loss, out = micro_step_loss(fwd, cfg.objective, x0, maskable, buffer, n_window, grad_accum, cfg.bd_size,
+                                            mask_id, model.config.hidden_size, cfg.K, policy, noise_gen)
+                loss_sum += loss.item()
+                if out is not None:
                     l1_sum += out.step_losses[0].item() / grad_accum
                     l2_sum += out.step_losses[-1].item() / grad_accum
             tokens_seen += x0.numel() * world  # sequence tokens incl. padding, before the [x_t || x_0] doubling

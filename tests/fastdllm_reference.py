@@ -103,3 +103,90 @@ def reference_decode(model, prompts: list[list[int]], max_new_tokens: int, thres
     for r in live:  # the block limit was reached: everything decoded, plus the next block's first token
         tails[r] = x[r, seq_len[r]:n_blocks * bs + 1].tolist()
     return tails, nfe, finished
+
+
+# -----------------------------------------------------------------------------
+# training objectives, one plain function per optimizer step (docs/fastdllm.md, "Training objectives")
+
+
+def _doubled(model, z, x0, relay, bd):
+    """Logits and h_s of the x_t half of [z || x0]: the training mask, RoPE positions 0..L-1 in both halves."""
+    from fastdllm_model import bd_training_mask
+    L = z.shape[1]
+    out = model(torch.cat([z, x0], 1), relay_h=relay, attention_mask=bd_training_mask(L, bd),
+                position_ids=torch.arange(L).repeat(2)[None])
+    return out.logits[:, :L], out.hidden[:, :L]
+
+
+def _ce(logits, x0, where):
+    """Sum over positions i in `where` of -log p(x0[i]) read from logits[i - 1] (the token shift)."""
+    total = logits.new_zeros(())
+    for b, i in where.nonzero().tolist():
+        total = total - logits[b, max(i - 1, 0)].log_softmax(-1)[x0[b, i]]
+    return total
+
+
+def reference_sft_step(model, window, bd, mask_id, generator):
+    """window: G micro-batches (x0, maskable). Per micro-batch: one t per block, p = (1 - 1e-3) t + 1e-3,
+    mask m; copies [m, not m] on response tokens. Loss = sum CE over both copies / response tokens in the
+    whole window; backward per micro-batch. Returns the summed loss."""
+    n_window = sum(int(m.sum()) for _, m in window)
+    total = 0.0
+    for x0, maskable in window:
+        B, L = x0.shape
+        t = torch.rand(B, L // bd, generator=generator)
+        u = torch.rand(B, L, generator=generator)
+        m = torch.zeros(B, L, dtype=torch.bool)
+        for b in range(B):
+            for i in range(L):
+                m[b, i] = bool(u[b, i] < (1 - 1e-3) * t[b, i // bd] + 1e-3) and bool(maskable[b, i])
+        loss = 0.0
+        for sup in (m, maskable & ~m):
+            z = torch.where(sup, torch.full_like(x0, mask_id), x0)
+            logits, _ = _doubled(model, z, x0, None, bd)
+            loss = loss + _ce(logits, x0, sup)
+        loss = loss / n_window
+        loss.backward()
+        total += float(loss)
+    return total
+
+
+def _select(logits, x0, cand, tau, bd):
+    """Positions to reveal: confidence (softmax max of the shifted logit) > tau, plus the most confident
+    candidate of every bd-block that has one."""
+    pick = torch.zeros_like(cand)
+    for b in range(cand.shape[0]):
+        conf = [float(logits[b, max(i - 1, 0)].softmax(-1).max()) for i in range(cand.shape[1])]
+        for start in range(0, cand.shape[1], bd):
+            idx = [i for i in range(start, start + bd) if cand[b, i]]
+            for i in idx:
+                pick[b, i] = conf[i] > tau
+            if idx:
+                pick[b, max(idx, key=lambda i: (conf[i], -i))] = True
+    return pick
+
+
+def reference_rollout_step(model, slots, G, variant, bd, mask_id, tau=0.85):
+    """G micro-steps over the same buffer slots (no slot may finish: refill is then a no-op), each:
+    forward 1 with relay shift(h) (h = 0 at a cold start, none for rollout), L1 = token mean over the
+    masks; reveal the ground truth at the selected positions; forward 2 with relay shift(h_s1)
+    (detached for relay_sg), L2; backward (L1 + L2) / G; reveal again, keep shift(h_s2) (as float32).
+    slots: dict with x0, z, maskable, h (None at a cold start). Returns the summed loss."""
+    x0, z, maskable, h = slots["x0"], slots["z"].clone(), slots["maskable"], slots["h"]
+    shift = lambda t: torch.cat([t[:, :1], t[:, :-1]], 1)
+    total = 0.0
+    for _ in range(G):
+        if variant != "rollout" and h is None:
+            h = torch.zeros(*z.shape, model.config.hidden_size, dtype=torch.float32)
+        relay = None if variant == "rollout" else h
+        loss = 0.0
+        for _k in range(2):
+            cand = (z == mask_id) & maskable
+            logits, hs = _doubled(model, z, x0, relay, bd)
+            loss = loss + _ce(logits, x0, cand) / cand.sum()
+            z = torch.where(_select(logits.detach(), x0, cand, tau, bd), x0, z)
+            relay = None if variant == "rollout" else (shift(hs) if variant == "relay" else shift(hs).detach())
+        (loss / G).backward()
+        total += float(loss / G)
+        h = relay.detach().float() if relay is not None else None
+    return total
