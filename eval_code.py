@@ -8,7 +8,7 @@
     # the tiny random model end to end (CPU smoke test: its completions are noise and score 0)
     python eval_code.py --model=tiny --limit=4 --max_new_tokens=64
 
-Protocol (design note fastdllm_v2.md section 7, EvalPlus 0.3.1 "instruct" recipe):
+Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
   - prompt: the chat template over [user: instruction + the task in a ``` fence, assistant: the
     fixed response prefix + "```python\\n"], cut right there, so generation continues the code block;
   - completion: text before the first "```", then sanitised (imports and the definitions the entry
@@ -49,7 +49,7 @@ class EvalConfig:
     canonical: bool = False  # score the reference solutions instead of generating (harness self-check)
     limit: int = 0  # evaluate the first N problems only (0 = all)
     out_dir: str = "out-eval"
-    # generation: the paper's Table 2 setting (design note 3.1)
+    # generation: the paper's Table 2 setting (docs/fastdllm.md)
     relay_carry: bool = False  # carry the relay state between denoising forwards (Relay checkpoints)
     decode: str = "authors"  # authors: decoding, prompt order and post-processing behind Table 2 | batch_invariant
     threshold: float = 0.85  # commit every masked position with confidence > threshold (+ the most confident)
@@ -104,7 +104,7 @@ def load_problems(dataset: str, data_path: str = "") -> tuple[list[dict], bool]:
 
 
 # -----------------------------------------------------------------------------
-# prompt and post-processing (EvalPlus "instruct" recipe, design note 7)
+# prompt and post-processing (EvalPlus "instruct" recipe, docs/fastdllm.md)
 
 INSTRUCTION = "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
 RESPONSE = "Below is a Python script with a self-contained function that solves the problem and passes corresponding tests:"
@@ -180,7 +180,7 @@ def sanitize(code: str, entry_point: str | None = None) -> str:
 
 
 def to_solution(completion: str, problem: dict) -> str:
-    """Raw completion -> program text (the authors' to_evalplus_solution, design note 7)."""
+    """Raw completion -> program text (close to the authors' to_evalplus_solution; to_solution_authors is theirs)."""
     # the authors strip() first; we keep the first line's indentation so that a bare body can still be
     # completed with the task's stub below
     raw = completion.split("```")[0].lstrip("\n").rstrip()

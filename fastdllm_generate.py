@@ -10,7 +10,8 @@
     python fastdllm_generate.py --model=DIR --relay_carry=True --prompt="Write a function that ..."
     python fastdllm_generate.py --model=tiny --max_new_tokens=64      # random tiny model, CPU smoke test
 
-The algorithm (design note fastdllm_v2.md section 3):
+The algorithm (docs/fastdllm.md, "Decoding: the two modes"; this describes decode='batch_invariant', the authors'
+batch variant, the default, differs as listed there):
   - The sequence is cut into blocks of `block_size` (32) absolute positions. Prompts are right-padded
     with MASK, so a short prompt's padding is simply the start of its answer.
   - Prefill: the complete prompt blocks shared by all rows go into the KV cache in one forward
@@ -27,7 +28,7 @@ The algorithm (design note fastdllm_v2.md section 3):
   - NFE (Table 2): per row, the denoising forwards in which the row was unfinished and had a MASK in the
     active sub-block. Prefill and cache-update forwards are not counted.
 
-Relay carry (paper Sec. 4, design note 4.5): inside a block, each denoising forward gets
+Relay carry (paper Sec. 4; docs/fastdllm.md): inside a block, each denoising forward gets
 h_t = shift(h_s of that row's previous forward), injected at MASK positions only (FastDLLM.embed); the
 carry is reset at every block start and never enters the cache-update forward. The authors could only
 carry with the block cache off; here the carry works with the prefix cache (exact: tested equal to full
@@ -142,7 +143,7 @@ def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float =
 
 def unmask_rule(conf: torch.Tensor, masked: torch.Tensor, threshold: float) -> torch.Tensor:
     """(B, S) confidences and MASK flags of one sub-block -> (B, S) positions to commit:
-    conf > threshold, plus the most confident MASK of each row that has one (design note 3.3 d).
+    conf > threshold, plus the most confident MASK of each row that has one (docs/fastdllm.md).
     Own function rather than relay.block_confidence_unmask because the confidence here comes from the
     sampler (the drawn token's probability when sampling), not from a fresh softmax max."""
     conf = conf.masked_fill(~masked, -1.0)
@@ -460,7 +461,7 @@ def _forward_last(model, ids, relay_h, mask, pos, n_last: int, cache=None):
             ~mask, torch.finfo(model.lm_head.weight.dtype).min)
     h = model.model(inputs_embeds=model.embed(ids, relay_h), attention_mask=mask, position_ids=pos,
                     past_key_values=cache, use_cache=False).last_hidden_state[:, -n_last:]
-    # after the final RMSNorm: the relay readout h_s for relay_layer = -1 (design note 4.1), as FastDLLM.forward
+    # after the final RMSNorm: the relay readout h_s for relay_layer = -1 (docs/fastdllm.md, "Model"), as FastDLLM.forward
     return SimpleNamespace(logits=model.lm_head(h), hidden=h)
 
 

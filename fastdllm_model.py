@@ -66,7 +66,7 @@ CHAT_TEMPLATE = (
 
 
 def bd_training_mask(L: int, bd_size: int, device=None) -> torch.Tensor:
-    """Mask over the doubled training input [x_t || x_0] of length 2L (paper App., design note 2.3).
+    """Mask over the doubled training input [x_t || x_0] of length 2L (paper App. "Model Architecture": M_BD, M_OBC, M_BC).
 
     M_BD : same block, same stream (each noised block and each clean block is bidirectional)
     M_OBC: x_t query, x_0 key, strictly earlier block (a noised block sees the clean prefix)
@@ -88,7 +88,7 @@ def bd_training_mask(L: int, bd_size: int, device=None) -> torch.Tensor:
 
 def block_causal_mask(q_len: int, kv_len: int, bd_size: int, device=None) -> torch.Tensor:
     """Inference mask: the queries are the last q_len of kv_len absolute positions (cache + chunk);
-    a query sees every key whose block is not later than its own (design note 1.4, eval forward)."""
+    a query sees every key whose block is not later than its own (the authors' inference forward; docs/fastdllm.md)."""
     q_pos = torch.arange(kv_len - q_len, kv_len, device=device)
     k_pos = torch.arange(kv_len, device=device)
     return ((q_pos[:, None] // bd_size) >= (k_pos[None, :] // bd_size))[None, None]
@@ -96,7 +96,7 @@ def block_causal_mask(q_len: int, kv_len: int, bd_size: int, device=None) -> tor
 
 # -----------------------------------------------------------------------------
 # token shift: the head at position i-1 predicts token i, so the relay state that belongs to
-# token i is also the one computed at i-1 (design notes 2.4 and 4.1)
+# token i is also the one computed at i-1 (docs/fastdllm.md, "Model")
 
 
 def shift_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -138,7 +138,7 @@ class FastDLLM(nn.Module):
         self.model = lm.model  # Qwen2Model
         self.lm_head = lm.lm_head  # shares its weight with model.embed_tokens when tied
         # Living inside self.model gives the released key name model.relay_layer_norm.*.
-        # gamma = 0 and beta = 0 make a fresh relay an exact no-op (design note 4.1).
+        # gamma = 0 and beta = 0 make a fresh relay an exact no-op (docs/fastdllm.md, "Model").
         self.model.relay_layer_norm = (
             RelayLayerNorm(config.hidden_size, eps=config.rms_norm_eps, zero_init=True).to(
                 device=lm.lm_head.weight.device, dtype=lm.lm_head.weight.dtype)
@@ -389,7 +389,7 @@ TINY_CONFIG = dict(
 )
 
 
-# Efficient-Large-Model/Fast_dLLM_v2_1.5B's config.json (design note 1.1), for random-weight runs
+# Efficient-Large-Model/Fast_dLLM_v2_1.5B's config.json (docs/fastdllm.md, "Model"), for random-weight runs
 # such as memory profiling that need the real shapes but not the trained weights:
 #   make_tiny_fastdllm(**FAST_DLLM_V2_1_5B)
 FAST_DLLM_V2_1_5B = dict(

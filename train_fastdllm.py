@@ -7,7 +7,7 @@ Tiny random Qwen2 on CPU (2 gloo processes; DeepSpeed's CPU accelerator runs ZeR
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_tiny.py --objective=relay
     python train_fastdllm.py config/fastdllm_tiny.py --deepspeed=            # one process, no DeepSpeed
 
-Objectives (design note fastdllm_v2.md):
+Objectives (docs/fastdllm.md, "Training objectives"):
   sft       the Fast-dLLM v2 objective: doubled [x_t || x_0] input, one noise level per 32-token
             block, complementary masks, token-shift CE, token mean over response tokens (Sec. 2)
   rollout   K=2 on-policy rollout with teacher forcing from a streaming buffer, no relay
@@ -86,7 +86,7 @@ class Config:
 
 def sft_noise(x0: torch.Tensor, maskable: torch.Tensor, bd_size: int, mask_id: int,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fast-dLLM v2 noising with its complementary copy (design note 2.2).
+    """Fast-dLLM v2 noising with its complementary copy (docs/fastdllm.md).
 
     One t ~ U(0, 1) per bd_size block, p = (1 - 1e-3) t + 1e-3, each token masked with probability p,
     but only response tokens (maskable); the second copy masks exactly the other response tokens,
@@ -102,7 +102,7 @@ def sft_noise(x0: torch.Tensor, maskable: torch.Tensor, bd_size: int, mask_id: i
 
 def doubled_forward(model, z: torch.Tensor, x0: torch.Tensor, relay_h: torch.Tensor | None, bd_size: int):
     """Forward on [z || x0] with the training block mask; both halves use RoPE positions 0..L-1
-    (design note 2.3). Returns the x_t half's output only."""
+    (docs/fastdllm.md). Returns the x_t half's output only."""
     L = z.shape[1]
     mask = bd_training_mask(L, bd_size, z.device)
     pos = torch.arange(L, device=z.device).repeat(2)[None]
@@ -125,7 +125,7 @@ def make_step_fn(model, buffer: RolloutBuffer, bd_size: int, hidden_size: int, u
     """relay.rollout_loss's step_fn: (z, h) -> (logits, h_out), both aligned so position i belongs to token i.
 
     A fresh slot has h = None or 0; like the authors we still inject LN(0) = beta at its masks in the
-    relay variants (design note 5.5), while `rollout` never passes h."""
+    relay variants (docs/fastdllm.md), while `rollout` never passes h."""
     def step_fn(z, h):
         if use_relay and h is None:
             h = torch.zeros(*z.shape, hidden_size, device=z.device)
