@@ -196,3 +196,13 @@ def test_authors_batches_by_character_length_shortest_first():
     ids = [[0] * 9, [0] * 5, [0] * 1, [0] * 2, [0] * 3]  # token lengths order differently
     assert batches(prompts, ids, 2, "authors") == [[1, 2], [3, 0], [4]]
     assert batches(prompts, ids, 2, "batch_invariant") == [[2, 3], [4, 1], [0]]
+
+
+def test_bad_generation_settings_give_one_line(tmp_path):
+    """Settings generate() refuses reach the user as one line (SystemExit), not a traceback. Checked to
+    fail without the ValueError -> SystemExit wrapper around generate in main."""
+    base = ["--model=tiny", "--limit=1", f"--out_dir={tmp_path}", "--device=cpu"]
+    for arg, msg in (("--threshold=1.5", "threshold"), ("--max_new_tokens=5000", "context"),
+                     ("--max_new_tokens=16", "block_size"), ("--decode=fast", "decode")):
+        with pytest.raises(SystemExit, match=msg):
+            eval_code.main(base + [arg])
