@@ -157,9 +157,11 @@ def unmask_rule(conf: torch.Tensor, masked: torch.Tensor, threshold: float) -> t
 
 @dataclass
 class GenerateOutput:
-    tokens: list[list[int]]  # generated ids per prompt, up to (excluding) the stop token, at most max_new_tokens
+    # generated ids per prompt, up to (excluding) the first stop token; batch_invariant: at most max_new_tokens;
+    # authors: a row that never commits the stop token keeps all its decoded tokens + the next block's first
+    tokens: list[list[int]]
     nfe: list[int]  # denoising forwards per prompt (Table 2's NFE)
-    stopped: list[bool]  # whether the stop token was generated
+    stopped: list[bool]  # whether the row finished on the stop token (authors: committed by the threshold rule)
     forwards: int = 0  # denoising forwards run for the whole batch (a forward over several rows counts once)
     trace: list[dict] = field(default_factory=list)  # per denoising forward, when asked for (tests, debugging)
 
