@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         for batch in tqdm(batches(prompts, ids, cfg.batch_size, cfg.decode), desc="generate"):
             try:
-                    res = generate(model, [ids[i] for i in batch], max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold,
+                res = generate(model, [ids[i] for i in batch], max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold,
                                block_size=cfg.block_size, sub_block_size=cfg.sub_block_size, temperature=cfg.temperature,
                                top_p=cfg.top_p, stop_token_id=stop_id, prefix_cache=cfg.prefix_cache,
                                sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry, decode=cfg.decode)
