@@ -147,7 +147,7 @@ def reference_sft_step(model, window, bd, mask_id, generator):
             loss = loss + _ce(logits, x0, sup)
         loss = loss / n_window
         loss.backward()
-        total += float(loss)
+        total += float(loss.detach())
     return total
 
 
@@ -187,6 +187,6 @@ def reference_rollout_step(model, slots, G, variant, bd, mask_id, tau=0.85):
             z = torch.where(_select(logits.detach(), x0, cand, tau, bd), x0, z)
             relay = None if variant == "rollout" else (shift(hs) if variant == "relay" else shift(hs).detach())
         (loss / G).backward()
-        total += float(loss / G)
+        total += float(loss.detach() / G)
         h = relay.detach().float() if relay is not None else None
     return total
