@@ -183,3 +183,26 @@ def test_committed_stop_finishes_and_nfe_stops_counting():
     assert out.stopped == [True] == finished and out.nfe == nfe
     assert len(out.tokens[0]) == 21 - 3
     assert out.forwards > out.nfe[0]  # the rest of the stop's block was decoded without being counted
+
+
+class TwoStops(Scripted):
+    """The scripted stand-in with a second, confident stop token at position 29 (committed by the threshold
+    rule) after the autoregressive one at 24."""
+
+    def forward(self, input_ids, relay_h=None, attention_mask=None, position_ids=None, past_key_values=None):
+        out = super().forward(input_ids, relay_h, attention_mask, position_ids, past_key_values)
+        for k, q in enumerate(position_ids[0].tolist()):
+            if q + 1 == 29:
+                out.logits[:, k] = torch.full((out.logits.shape[-1],), -10.0).index_fill(0, torch.tensor([STOP]), 10.0)
+        return out
+
+
+def test_answer_ends_at_the_first_stop_even_if_chosen_autoregressively():
+    """The row finishes at the committed stop (29) but, as the authors pad after the first stop token of
+    the answer, its answer ends at the autoregressive one (24): 24 - 3 = 21 tokens. Fails if the answer is
+    cut at the stop that finished the row (26 tokens)."""
+    model = TwoStops(stop_at=24)
+    out = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8)
+    tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, STOP, -1, sub_block_size=4)
+    assert out.stopped == [True] == finished and out.nfe == nfe
+    assert len(out.tokens[0]) == 21 and out.tokens[0] == tails[0][:21]
