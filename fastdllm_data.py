@@ -8,7 +8,7 @@ Writes <out_dir>/train.jsonl (one {"messages": [...], "source": ..., "tokenized_
 and <out_dir>/prep_summary.json. train_fastdllm.py tokenises train.jsonl with the model's own
 tokenizer at start-up (tokenize_conversation), as the authors' LMFlow pipeline did.
 
-Mixture recipe (design note fastdllm_v2.md Sec. 6, the authors' prep script): code rows from
+Mixture recipe (docs/fastdllm.md, "Data"; the authors' prep script): code rows from
 nvidia/OpenCodeInstruct (answer contains "def ", unit tests parse, average_test_score >= 1, every
 test passed), math rows from nvidia/OpenMathInstruct-2 train_1M (problem <= 4000 chars, solution
 <= 6000 chars), a case-insensitive benchmark-leak filter on both, dedup by a hash of the

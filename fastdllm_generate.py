@@ -10,7 +10,8 @@
     python fastdllm_generate.py --model=DIR --relay_carry=True --prompt="Write a function that ..."
     python fastdllm_generate.py --model=tiny --max_new_tokens=64      # random tiny model, CPU smoke test
 
-The algorithm (design note fastdllm_v2.md section 3):
+The algorithm (docs/fastdllm.md, "Decoding: the two modes"; this describes decode='batch_invariant', the authors'
+batch variant, the default, differs as listed there):
   - The sequence is cut into blocks of `block_size` (32) absolute positions. Prompts are right-padded
     with MASK, so a short prompt's padding is simply the start of its answer.
   - Prefill: the complete prompt blocks shared by all rows go into the KV cache in one forward
@@ -27,7 +28,7 @@ The algorithm (design note fastdllm_v2.md section 3):
   - NFE (Table 2): per row, the denoising forwards in which the row was unfinished and had a MASK in the
     active sub-block. Prefill and cache-update forwards are not counted.
 
-Relay carry (paper Sec. 4, design note 4.5): inside a block, each denoising forward gets
+Relay carry (paper Sec. 4; docs/fastdllm.md): inside a block, each denoising forward gets
 h_t = shift(h_s of that row's previous forward), injected at MASK positions only (FastDLLM.embed); the
 carry is reset at every block start and never enters the cache-update forward. The authors could only
 carry with the block cache off; here the carry works with the prefix cache (exact: tested equal to full
@@ -142,7 +143,7 @@ def sample_tokens(logits: torch.Tensor, temperature: float = 0.0, top_p: float =
 
 def unmask_rule(conf: torch.Tensor, masked: torch.Tensor, threshold: float) -> torch.Tensor:
     """(B, S) confidences and MASK flags of one sub-block -> (B, S) positions to commit:
-    conf > threshold, plus the most confident MASK of each row that has one (design note 3.3 d).
+    conf > threshold, plus the most confident MASK of each row that has one (docs/fastdllm.md).
     Own function rather than relay.block_confidence_unmask because the confidence here comes from the
     sampler (the drawn token's probability when sampling), not from a fresh softmax max."""
     conf = conf.masked_fill(~masked, -1.0)
@@ -156,9 +157,11 @@ def unmask_rule(conf: torch.Tensor, masked: torch.Tensor, threshold: float) -> t
 
 @dataclass
 class GenerateOutput:
-    tokens: list[list[int]]  # generated ids per prompt, up to (excluding) the stop token, at most max_new_tokens
+    # generated ids per prompt, up to (excluding) the first stop token; batch_invariant: at most max_new_tokens;
+    # authors: a row that never commits the stop token keeps all its decoded tokens + the next block's first
+    tokens: list[list[int]]
     nfe: list[int]  # denoising forwards per prompt (Table 2's NFE)
-    stopped: list[bool]  # whether the stop token was generated
+    stopped: list[bool]  # whether the row finished on the stop token (authors: committed by the threshold rule)
     forwards: int = 0  # denoising forwards run for the whole batch (a forward over several rows counts once)
     trace: list[dict] = field(default_factory=list)  # per denoising forward, when asked for (tests, debugging)
 
@@ -167,18 +170,23 @@ class GenerateOutput:
         return sum(self.nfe) / max(len(self.nfe), 1)
 
 
+DECODE_MODES = ("authors", "batch_invariant")
+
+
 @torch.no_grad()
 def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, threshold: float = 0.85,
              block_size: int | None = None, sub_block_size: int = 8, temperature: float = 0.0, top_p: float = 0.95,
              stop_token_id: int | None = None, prefix_cache: bool = True, sub_block_cache: bool = False,
              relay_carry: bool = False, generator: torch.Generator | None = None,
-             trace: bool = False, progress: bool = False) -> GenerateOutput:
+             trace: bool = False, progress: bool = False, decode: str = "authors") -> GenerateOutput:
     """Decode a batch of prompts (lists of token ids) with Fast-dLLM v2's block diffusion.
 
     model: a fastdllm_model.FastDLLM (or anything with its forward signature and config fields bd_size,
     mask_token_id). block_size defaults to the model's bd_size (32). stop_token_id: None = the model's
     eos_token_id (<|im_end|> for Fast-dLLM v2). trace=True records, per denoising forward, the rows that
-    took part, the shifted logits of the active sub-block and the number of tokens committed per row."""
+    took part, the shifted logits of the active sub-block and the number of tokens committed per row.
+    decode: "authors" (the batch procedure behind paper Table 2; a row's result depends on its batch) or
+    "batch_invariant" (each row decodes as if alone); docs/fastdllm.md compares them."""
     cfg = model.config
     bs = block_size or cfg.bd_size
     mask_id = cfg.mask_token_id
@@ -186,7 +194,10 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     if isinstance(stop_id, (list, tuple)):
         stop_id = stop_id[0]
     _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
-                prefix_cache, sub_block_cache, relay_carry, mask_id)
+                prefix_cache, sub_block_cache, relay_carry, mask_id, decode)
+    if decode == "authors":
+        return _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
+                                 stop_id, prefix_cache, sub_block_cache, relay_carry, generator, trace, progress)
     device = next(model.parameters()).device
     B = len(prompts)
     plen = torch.tensor([len(p) for p in prompts], device=device)
@@ -331,6 +342,115 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
                           forwards=n_forwards, trace=records)
 
 
+def _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p, stop_id,
+                      prefix_cache, sub_block_cache, relay_carry, generator, trace, progress) -> GenerateOutput:
+    """The authors' batch procedure (docs/fastdllm.md, "decode modes"): one block count for the whole batch,
+    the relay carry of every row replaced after every forward, a row finishes only when the threshold rule
+    commits the stop token, and finished rows leave the batch at the end of their block."""
+    cfg = model.config
+    mask_id = cfg.mask_token_id
+    device = next(model.parameters()).device
+    B = len(prompts)
+    plen = torch.tensor([len(p) for p in prompts], device=device)
+    min_len, max_len = int(plen.min()), int(plen.max())
+    n_blocks = max_new_tokens // bs + max_len // bs  # for the whole batch, from the longest prompt
+    total = n_blocks * bs + 1  # + the next block's first token, read after the last block
+    x = torch.full((B, total), mask_id, dtype=torch.long, device=device)
+    for r, p in enumerate(prompts):
+        x[r, :len(p)] = torch.tensor(p, dtype=torch.long, device=device)
+    rows = torch.arange(B, device=device)  # original index of each row still in the batch
+    nfe = torch.zeros(B, dtype=torch.long, device=device)
+    tokens_out: list[list[int] | None] = [None] * B
+    stopped = [False] * B
+    records: list[dict] = []
+    n_forwards = 0
+    cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
+
+    def forward(start, end, relay_h=None, commit=False, block_end=None, keep_from=None):
+        """Positions [start, end) of every row in the batch, attending to the cache up to block_end; logits and
+        hidden from keep_from on. Without the cache, the whole sequence [0, end) is recomputed."""
+        keep_from = start if keep_from is None else keep_from
+        pos = torch.arange(start if cache is not None else 0, end, device=device)[None]
+        if cache is None:
+            if relay_h is not None:  # the recomputed prefix holds no MASK: zeros there are never injected
+                relay_h = torch.cat([relay_h.new_zeros(relay_h.shape[0], end - relay_h.shape[1], relay_h.shape[2]),
+                                     relay_h], 1)
+            return _forward_last(model, x[:, :end], relay_h, block_causal_mask(end, end, bs, device), pos, end - keep_from)
+        kv_end = end if block_end is None else block_end
+        cache.plan(start, kv_end, commit)
+        mask = (block_causal_mask(end - start, kv_end, bs, device) if end - start > bs
+                else torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=device))
+        return _forward_last(model, x[:, start:end], relay_h, mask, pos, end - keep_from, cache)
+
+    def greedy_next(logit):  # the block's first token: argmax of the previous position, no threshold
+        return logit.masked_fill(torch.arange(logit.shape[-1], device=device) == mask_id, float("-inf")).argmax(-1)
+
+    b0 = min_len // bs * bs
+    if b0 > 0:  # the complete prompt blocks every row shares
+        out = forward(0, b0, commit=True, keep_from=b0 - 1)
+        if min_len == b0:  # rows whose prompt fills whole blocks start with an autoregressive token
+            x[:, b0] = torch.where(plen == b0, greedy_next(out.logits[:, -1]), x[:, b0])
+
+    steps = range(min_len // bs, n_blocks)
+    if progress:
+        from tqdm import tqdm
+        steps = tqdm(steps, desc="blocks", leave=False)
+    finished = torch.zeros(B, dtype=torch.bool, device=device)  # per row still in the batch
+    for b in steps:
+        b_start, b_end = b * bs, (b + 1) * bs
+        carry = None  # h_s of the latest forward, all rows, block positions; reset per block
+        block_keys = False  # sub-block cache: whether this block's keys/values are in the cache
+        for s in range(0, bs, sub_block_size):
+            lo, hi = b_start + s, b_start + s + sub_block_size
+            while True:
+                masked = x[:, lo:hi] == mask_id
+                if not masked.any():
+                    break
+                counted = masked.any(1) & ~finished  # NFE: rows with work left that have not finished
+                partial = sub_block_cache and block_keys and not (x[:, lo] == mask_id).any()
+                relay_h = shift_hidden(carry) if carry is not None else None
+                if partial:  # only the sub-block, against the cached prefix and the cached (stale) rest of the block
+                    out = forward(lo, hi, block_end=b_end)
+                    sub_logits = shift_logits(out.logits)  # position lo is not MASK: its own logit is never read
+                else:
+                    out = forward(b_start, b_end, relay_h=relay_h)
+                    sub_logits = shift_logits(out.logits)[:, s:s + sub_block_size]
+                    block_keys = True
+                n_forwards += 1
+                sub_logits[..., mask_id] = float("-inf")  # committing MASK would stall decoding
+                tok, conf = sample_tokens(sub_logits, temperature, top_p, generator)
+                commit = unmask_rule(conf, masked, threshold)
+                x[:, lo:hi] = torch.where(commit, tok, x[:, lo:hi])
+                finished |= (commit & (tok == stop_id)).any(1)
+                nfe[rows] += counted.long()
+                if relay_carry:
+                    carry = out.hidden  # every row, rows that waited included
+                if trace:
+                    records.append(dict(rows=rows.tolist(), block=b_start, sub_block=s, logits=sub_logits.float().cpu(),
+                                        committed=commit.sum(1).tolist(), active=masked.any(1).tolist()))
+        for i in torch.nonzero(finished).flatten().tolist():  # the answer ends at its first stop token
+            r = int(rows[i])
+            tail = x[i, int(plen[r]):b_end].tolist()
+            tokens_out[r], stopped[r] = tail[:tail.index(stop_id)], True
+        keep = torch.nonzero(~finished).flatten()
+        if keep.numel() == 0:
+            break
+        if keep.numel() < rows.numel():  # finished rows leave the batch with their cache rows
+            x, rows, finished = x[keep], rows[keep], finished[keep]
+            if cache is not None:
+                cache.select(keep)
+        out = forward(b_start, b_end, commit=True, keep_from=b_end - 1)  # cache the clean block
+        # The next block's first token, for rows already answering. A row whose prompt ends exactly here
+        # gets it only once no longer prompt is left in the batch; otherwise that position stays MASK and
+        # is decoded by the threshold rule (as in the authors' code).
+        write = (plen[rows] < b_end) | (max_len <= b_end)
+        x[:, b_end] = torch.where(write, greedy_next(out.logits[:, -1]), x[:, b_end])
+    else:
+        for i, r in enumerate(rows.tolist()):  # the block limit: every decoded token plus the next block's first
+            tokens_out[r] = x[i, int(plen[r]):].tolist()
+    return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=stopped, forwards=n_forwards, trace=records)
+
+
 def _forward_last(model, ids, relay_h, mask, pos, n_last: int, cache=None):
     """model(...) but logits and hidden for the last n_last positions only: the lm_head over a 151936-word
     vocabulary at every prefill or recomputed position would cost time and (B, L, V) memory that decoding
@@ -343,7 +463,7 @@ def _forward_last(model, ids, relay_h, mask, pos, n_last: int, cache=None):
             ~mask, torch.finfo(model.lm_head.weight.dtype).min)
     h = model.model(inputs_embeds=model.embed(ids, relay_h), attention_mask=mask, position_ids=pos,
                     past_key_values=cache, use_cache=False).last_hidden_state[:, -n_last:]
-    # after the final RMSNorm: the relay readout h_s for relay_layer = -1 (design note 4.1), as FastDLLM.forward
+    # after the final RMSNorm: the relay readout h_s for relay_layer = -1 (docs/fastdllm.md, "Model"), as FastDLLM.forward
     return SimpleNamespace(logits=model.lm_head(h), hidden=h)
 
 
@@ -372,7 +492,9 @@ def _mark_stop_pos(stop_at: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor)
 
 
 def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
-                prefix_cache, sub_block_cache, relay_carry, mask_id) -> None:
+                prefix_cache, sub_block_cache, relay_carry, mask_id, decode) -> None:
+    if decode not in DECODE_MODES:
+        raise ValueError(f"decode must be one of {DECODE_MODES}, got '{decode}'")
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
     if any(mask_id in p for p in prompts):
@@ -381,12 +503,23 @@ def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, t
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if bs < 1 or sub_block_size < 1 or bs % sub_block_size:
         raise ValueError(f"block_size ({bs}) must be a positive multiple of sub_block_size ({sub_block_size})")
-    if not threshold > 0:
-        raise ValueError(f"threshold must be > 0 (1.0 commits exactly one token per forward), got {threshold}")
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be in (0, 1] (1.0 commits exactly one token per forward), got {threshold}")
     if temperature < 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature} and {top_p}")
     if sub_block_cache and not prefix_cache:
         raise ValueError("sub_block_cache=True needs prefix_cache=True (the block's keys live in the prefix cache)")
+    context = getattr(model.config, "max_position_embeddings", None)
+    longest = max(len(p) for p in prompts)
+    if context is not None and longest + max_new_tokens > context:
+        raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} does not fit the model's "
+                         f"context of {context} positions; shorten the prompt or lower max_new_tokens")
+    if decode == "authors" and max_new_tokens < bs:
+        raise ValueError(f"decode='authors' runs max_new_tokens // block_size blocks past the longest prompt's block: "
+                         f"max_new_tokens ({max_new_tokens}) must be >= block_size ({bs})")
+    if decode == "authors" and sub_block_cache and relay_carry:
+        raise ValueError("decode='authors' has no sub-block cache with the relay carry (the authors' code ran the carry "
+                         "without it); drop sub_block_cache or use decode='batch_invariant'")
     if relay_carry and getattr(model, "relay_layer_norm", None) is None:
         raise ValueError("relay_carry=True needs a model with a relay LayerNorm (a Relay checkpoint, use_relay=True)")
 
@@ -400,6 +533,7 @@ class ChatConfig:
     model: str = "Efficient-Large-Model/Fast_dLLM_v2_1.5B"  # hub id, checkpoint dir, or "tiny" (random, CPU smoke test)
     prompt: str = "Write a Python function that returns the n-th Fibonacci number."
     relay_carry: bool = False  # Relay checkpoints: carry the relay state between denoising forwards
+    decode: str = "authors"  # authors (paper Table 2) | batch_invariant (see docs/fastdllm.md)
     threshold: float = 0.85
     sub_block_size: int = 8
     max_new_tokens: int = 512
@@ -435,7 +569,7 @@ def main(argv: list[str] | None = None) -> str:
                        max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold, sub_block_size=cfg.sub_block_size,
                        temperature=cfg.temperature, top_p=cfg.top_p, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
                        prefix_cache=cfg.prefix_cache, sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry,
-                       progress=True)
+                       progress=True, decode=cfg.decode)
     except ValueError as e:
         raise SystemExit(str(e))
     answer = tok.decode(out.tokens[0], skip_special_tokens=True)

@@ -7,9 +7,10 @@ attention mask and its KV cache; this file adds what the library cannot express:
     inference mask),
   - the token shift ("logit i-1 predicts token i"), shared by training and generation,
   - loading / saving checkpoints in the layout of the released Relay checkpoints
-    (config.json with bd_size, mask_token_id, use_relay, relay_layer; safetensors with
-    model.* / lm_head.weight / model.relay_layer_norm.{weight,bias}), so plain
-    `Qwen2ForCausalLM.from_pretrained` users and the released models interoperate.
+    (config.json with the Fast_dLLM_Qwen class names and auto_map, bd_size, use_relay, relay_layer;
+    safetensors with model.* / lm_head.weight / model.relay_layer_norm.{weight,bias}), so the authors'
+    tools, trust_remote_code users and plain `Qwen2ForCausalLM.from_pretrained` users read what we
+    save, and we read the released checkpoints without running their remote code.
 
     from fastdllm_model import load_fastdllm, make_tiny_fastdllm
     model, tok = load_fastdllm("Efficient-Large-Model/Fast_dLLM_v2_1.5B", use_relay=True)
@@ -36,6 +37,11 @@ MASK_TOKEN = "|<MASK>|"
 DEFAULT_MASK_ID = 151665  # not in the 1.5B config.json; the authors' config class default
 DEFAULT_BD_SIZE = 32
 RELAY_KEYS = ("model.relay_layer_norm.weight", "model.relay_layer_norm.bias")
+# what the released checkpoints' config.json names (their remote code: configuration.py, modeling.py)
+RELEASED_ARCH = dict(architectures=["Fast_dLLM_QwenForCausalLM"], model_type="Fast_dLLM_Qwen", auto_map={
+    "AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModel": "modeling.Fast_dLLM_QwenModel",
+    "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"})
+TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "chat_template")
 
 # LMFlow's `fast_dllm_v2` conversation template (Qwen2.5 ChatML with the short default system
 # prompt). The {% generation %} span marks what is supervised: the assistant content plus
@@ -60,7 +66,7 @@ CHAT_TEMPLATE = (
 
 
 def bd_training_mask(L: int, bd_size: int, device=None) -> torch.Tensor:
-    """Mask over the doubled training input [x_t || x_0] of length 2L (paper App., design note 2.3).
+    """Mask over the doubled training input [x_t || x_0] of length 2L (paper App. "Model Architecture": M_BD, M_OBC, M_BC).
 
     M_BD : same block, same stream (each noised block and each clean block is bidirectional)
     M_OBC: x_t query, x_0 key, strictly earlier block (a noised block sees the clean prefix)
@@ -82,7 +88,7 @@ def bd_training_mask(L: int, bd_size: int, device=None) -> torch.Tensor:
 
 def block_causal_mask(q_len: int, kv_len: int, bd_size: int, device=None) -> torch.Tensor:
     """Inference mask: the queries are the last q_len of kv_len absolute positions (cache + chunk);
-    a query sees every key whose block is not later than its own (design note 1.4, eval forward)."""
+    a query sees every key whose block is not later than its own (the authors' inference forward; docs/fastdllm.md)."""
     q_pos = torch.arange(kv_len - q_len, kv_len, device=device)
     k_pos = torch.arange(kv_len, device=device)
     return ((q_pos[:, None] // bd_size) >= (k_pos[None, :] // bd_size))[None, None]
@@ -90,7 +96,7 @@ def block_causal_mask(q_len: int, kv_len: int, bd_size: int, device=None) -> tor
 
 # -----------------------------------------------------------------------------
 # token shift: the head at position i-1 predicts token i, so the relay state that belongs to
-# token i is also the one computed at i-1 (design notes 2.4 and 4.1)
+# token i is also the one computed at i-1 (docs/fastdllm.md, "Model")
 
 
 def shift_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -132,7 +138,7 @@ class FastDLLM(nn.Module):
         self.model = lm.model  # Qwen2Model
         self.lm_head = lm.lm_head  # shares its weight with model.embed_tokens when tied
         # Living inside self.model gives the released key name model.relay_layer_norm.*.
-        # gamma = 0 and beta = 0 make a fresh relay an exact no-op (design note 4.1).
+        # gamma = 0 and beta = 0 make a fresh relay an exact no-op (docs/fastdllm.md, "Model").
         self.model.relay_layer_norm = (
             RelayLayerNorm(config.hidden_size, eps=config.rms_norm_eps, zero_init=True).to(
                 device=lm.lm_head.weight.device, dtype=lm.lm_head.weight.dtype)
@@ -254,7 +260,8 @@ def resolve_checkpoint(name_or_path: str) -> str:
         raise ValueError(f"checkpoint directory '{name_or_path}' does not exist (and it is not a hub id like {HUB_ID})")
     from huggingface_hub import snapshot_download
     try:
-        return snapshot_download(name_or_path, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja", "merges.txt"])
+        # *.py: the release's remote code, copied next to checkpoints we save (never imported by us)
+        return snapshot_download(name_or_path, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja", "*.py"])
     except Exception as e:
         raise ValueError(f"cannot fetch '{name_or_path}' from the Hugging Face hub ({type(e).__name__}); "
                          f"download it where there is internet (hf download {name_or_path} --local-dir DIR) and pass DIR") from None
@@ -292,12 +299,25 @@ def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch
         elif use_relay is None:
             raise ValueError(f"{ckpt_dir}/config.json says use_relay=True but the weights have no {RELAY_KEYS[0]}")
     model.to(device=device, dtype=dtype)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(ckpt_dir)
-    except Exception as e:
-        raise ValueError(f"cannot load the tokenizer from {ckpt_dir}: {type(e).__name__}: {e}") from None
+    tokenizer = load_tokenizer_files(ckpt_dir)
     check_tokenizer(tokenizer, model.config)
     return model, tokenizer
+
+
+def load_tokenizer_files(ckpt_dir: str) -> PreTrainedTokenizerFast:
+    """The checkpoint's tokenizer, read from its tokenizer files only. config.json stays out of reach on
+    purpose: the released one has an auto_map, and transformers would stop to ask whether to run that
+    remote code (or fail, since downloads here skip nothing but never import it)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in os.listdir(ckpt_dir):
+            if name.startswith(TOKENIZER_FILES):
+                os.symlink(os.path.abspath(os.path.join(ckpt_dir, name)), os.path.join(tmp, name))
+        try:
+            return AutoTokenizer.from_pretrained(tmp, trust_remote_code=False)
+        except Exception as e:
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ValueError(f"cannot load the tokenizer from {ckpt_dir}: {type(e).__name__}: {msg}") from None
 
 
 def check_tokenizer(tokenizer, config) -> None:
@@ -311,8 +331,13 @@ def check_tokenizer(tokenizer, config) -> None:
         raise ValueError(f"tokenizer maps {MASK_TOKEN} to {ids[0]} but the model's mask_token_id is {config.mask_token_id}")
 
 
-def save_fastdllm(model: FastDLLM, tokenizer, out_dir: str, state_dict: dict | None = None) -> None:
-    """Write config.json + model.safetensors (+ tokenizer files) in the released layout.
+def save_fastdllm(model: FastDLLM, tokenizer, out_dir: str, state_dict: dict | None = None,
+                  remote_code_dir: str | None = None) -> None:
+    """Write config.json + model.safetensors (+ tokenizer files) in the released layout: config class
+    names and auto_map of the released Fast_dLLM_Qwen checkpoints, use_relay / relay_layer / bd_size,
+    the released tensor names. remote_code_dir: the parent checkpoint's directory; its *.py files (the
+    authors' remote code) are copied alongside, so trust_remote_code users and the authors' tools load the
+    result as the same model. We never import them.
 
     state_dict: pass a gathered full state dict when parameters are sharded (ZeRO-3); by
     default the model's own. The tied lm_head.weight is not stored (as transformers does)."""
@@ -322,13 +347,17 @@ def save_fastdllm(model: FastDLLM, tokenizer, out_dir: str, state_dict: dict | N
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in sd.items() if not (tied and k == "lm_head.weight")}
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     config = model.config.to_dict()
-    config["architectures"] = ["Qwen2ForCausalLM"]
-    config["model_type"] = "qwen2"
+    config.update(RELEASED_ARCH)
     config["dtype"] = str(next(iter(tensors.values())).dtype).removeprefix("torch.")
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(out_dir)
+    if remote_code_dir is not None:
+        import shutil
+        for name in sorted(os.listdir(remote_code_dir)):
+            if name.endswith(".py"):
+                shutil.copyfile(os.path.join(remote_code_dir, name), os.path.join(out_dir, name))
 
 
 # -----------------------------------------------------------------------------
@@ -360,7 +389,7 @@ TINY_CONFIG = dict(
 )
 
 
-# Efficient-Large-Model/Fast_dLLM_v2_1.5B's config.json (design note 1.1), for random-weight runs
+# Efficient-Large-Model/Fast_dLLM_v2_1.5B's config.json (docs/fastdllm.md, "Model"), for random-weight runs
 # such as memory profiling that need the real shapes but not the trained weights:
 #   make_tiny_fastdllm(**FAST_DLLM_V2_1_5B)
 FAST_DLLM_V2_1_5B = dict(

@@ -7,7 +7,7 @@ Tiny random Qwen2 on CPU (2 gloo processes; DeepSpeed's CPU accelerator runs ZeR
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_tiny.py --objective=relay
     python train_fastdllm.py config/fastdllm_tiny.py --deepspeed=            # one process, no DeepSpeed
 
-Objectives (design note fastdllm_v2.md):
+Objectives (docs/fastdllm.md, "Training objectives"):
   sft       the Fast-dLLM v2 objective: doubled [x_t || x_0] input, one noise level per 32-token
             block, complementary masks, token-shift CE, token mean over response tokens (Sec. 2)
   rollout   K=2 on-policy rollout with teacher forcing from a streaming buffer, no relay
@@ -34,7 +34,7 @@ from tqdm import tqdm
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
 from fastdllm_model import (HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer,
-                            save_fastdllm, shift_hidden, shift_logits)
+                            resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 
 OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
@@ -86,7 +86,7 @@ class Config:
 
 def sft_noise(x0: torch.Tensor, maskable: torch.Tensor, bd_size: int, mask_id: int,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fast-dLLM v2 noising with its complementary copy (design note 2.2).
+    """Fast-dLLM v2 noising with its complementary copy (docs/fastdllm.md).
 
     One t ~ U(0, 1) per bd_size block, p = (1 - 1e-3) t + 1e-3, each token masked with probability p,
     but only response tokens (maskable); the second copy masks exactly the other response tokens,
@@ -102,7 +102,7 @@ def sft_noise(x0: torch.Tensor, maskable: torch.Tensor, bd_size: int, mask_id: i
 
 def doubled_forward(model, z: torch.Tensor, x0: torch.Tensor, relay_h: torch.Tensor | None, bd_size: int):
     """Forward on [z || x0] with the training block mask; both halves use RoPE positions 0..L-1
-    (design note 2.3). Returns the x_t half's output only."""
+    (docs/fastdllm.md). Returns the x_t half's output only."""
     L = z.shape[1]
     mask = bd_training_mask(L, bd_size, z.device)
     pos = torch.arange(L, device=z.device).repeat(2)[None]
@@ -125,13 +125,30 @@ def make_step_fn(model, buffer: RolloutBuffer, bd_size: int, hidden_size: int, u
     """relay.rollout_loss's step_fn: (z, h) -> (logits, h_out), both aligned so position i belongs to token i.
 
     A fresh slot has h = None or 0; like the authors we still inject LN(0) = beta at its masks in the
-    relay variants (design note 5.5), while `rollout` never passes h."""
+    relay variants (docs/fastdllm.md), while `rollout` never passes h."""
     def step_fn(z, h):
         if use_relay and h is None:
             h = torch.zeros(*z.shape, hidden_size, device=z.device)
         out = doubled_forward(model, z, buffer.x0, h, bd_size)
         return shift_logits(out.logits), shift_hidden(out.hidden)
     return step_fn
+
+
+def micro_step_loss(model, objective: str, x0: torch.Tensor, maskable: torch.Tensor, buffer: RolloutBuffer | None,
+                    n_window: int, grad_accum: int, bd_size: int, mask_id: int, hidden_size: int, K: int, policy,
+                    noise_gen: torch.Generator | None = None) -> tuple[torch.Tensor, object]:
+    """One micro-step's share of the optimizer step's loss (call backward on it; the window's shares add up).
+
+    sft: summed CE / n_window, the response tokens of the whole accumulation window (the authors'
+    ForCausalLMLoss with num_items_in_batch: a token mean over the window, no 1/t weight).
+    rollout / relay_sg / relay: (L1 + L2) / grad_accum, each L_k a token mean over the micro-batch (paper
+    Alg. 1; the authors' per-micro-step mean then /GA). Returns (loss, RolloutOutput or None)."""
+    if objective == "sft":
+        return sft_loss(model, x0, maskable, bd_size, mask_id, noise_gen) / max(1, n_window), None
+    buffer.refill(x0, maskable)  # only finished slots take new rows (authors' StreamingBatch)
+    step_fn = make_step_fn(model, buffer, bd_size, hidden_size, objective != "rollout")
+    out = rollout_loss(step_fn, buffer, K=K, variant=objective, policy=policy, mask_id=mask_id)
+    return out.loss / grad_accum, out
 
 
 # -----------------------------------------------------------------------------
@@ -252,10 +269,12 @@ def main(argv: list[str] | None = None) -> None:
     # ---- model
     use_relay = cfg.objective in ("relay_sg", "relay")
     try:
+        parent_dir = None  # the parent's remote code (*.py) is copied next to every saved checkpoint
         if cfg.init_from == "tiny":
             model, tokenizer = make_tiny_fastdllm(use_relay=use_relay, seed=cfg.seed, bd_size=cfg.bd_size), make_tiny_tokenizer()
         else:
-            model, tokenizer = load_fastdllm(cfg.init_from, use_relay=use_relay, dtype=torch.float32)
+            parent_dir = resolve_checkpoint(cfg.init_from)
+            model, tokenizer = load_fastdllm(parent_dir, use_relay=use_relay, dtype=torch.float32)
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     if model.config.bd_size != cfg.bd_size:
@@ -352,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
         # loadable model in the released layout
         sd = engine._zero3_consolidated_16bit_state_dict() if use_ds else (model.state_dict() if master else None)
         if master:
-            save_fastdllm(model, tokenizer, os.path.join(cfg.out_dir, f"ckpt-{it}"), state_dict=sd)
+            save_fastdllm(model, tokenizer, os.path.join(cfg.out_dir, f"ckpt-{it}"), state_dict=sd, remote_code_dir=parent_dir)
         # training state; written next to the old one and swapped in once complete
         tmp = resume_dir + ".tmp"
         if master:
@@ -394,17 +413,11 @@ def main(argv: list[str] | None = None) -> None:
             if world > 1 and not use_ds:
                 fwd.require_backward_grad_sync = boundary  # all-reduce only on the last micro-step
             with autocast:
-                if cfg.objective == "sft":
-                    x0, maskable = window[micro]
-                    loss = sft_loss(fwd, x0, maskable, cfg.bd_size, mask_id, noise_gen) / max(1, n_window)
-                    loss_sum += loss.item()
-                else:
-                    x0, maskable = next_batch()
-                    buffer.refill(x0, maskable)  # only finished slots take new rows (authors' StreamingBatch)
-                    step_fn = make_step_fn(fwd, buffer, cfg.bd_size, model.config.hidden_size, use_relay)
-                    out = rollout_loss(step_fn, buffer, K=cfg.K, variant=cfg.objective, policy=policy, mask_id=mask_id)
-                    loss = out.loss / grad_accum  # L1 + L2 per micro-step, mean over the window (design note 4.2.7)
-                    loss_sum += loss.item()
+                x0, maskable = window[micro] if cfg.objective == "sft" else next_batch()
+                loss, out = micro_step_loss(fwd, cfg.objective, x0, maskable, buffer, n_window, grad_accum, cfg.bd_size,
+                                            mask_id, model.config.hidden_size, cfg.K, policy, noise_gen)
+                loss_sum += loss.item()
+                if out is not None:
                     l1_sum += out.step_losses[0].item() / grad_accum
                     l2_sum += out.step_losses[-1].item() / grad_accum
             tokens_seen += x0.numel() * world  # sequence tokens incl. padding, before the [x_t || x_0] doubling

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     def run(prefix, sub, carry):
         return generate(model, prompts, max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold,
                         sub_block_size=cfg.sub_block_size, stop_token_id=-1, prefix_cache=prefix,
-                        sub_block_cache=sub, relay_carry=carry)
+                        sub_block_cache=sub, relay_carry=carry, decode="batch_invariant")  # per-row max_new_tokens
 
     run(True, False, True)  # warm-up (allocator, kernels)
     rows, ref = [], {}

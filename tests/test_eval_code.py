@@ -7,7 +7,8 @@ import time
 import pytest
 
 import eval_code
-from eval_code import load_problems, make_prompt, sanitize, score, to_solution
+from eval_code import (batches, load_problems, make_prompt, plus_columns, sanitize, score, to_solution,
+                       to_solution_authors)
 
 PLUS = "/work/shared/data/HumanEvalPlus.jsonl.gz"
 needs_plus = pytest.mark.skipif(not os.path.exists(PLUS), reason="HumanEvalPlus.jsonl.gz not available")
@@ -136,7 +137,7 @@ def test_missing_data_gives_one_line_errors(tmp_path):
 
 
 def test_command_end_to_end_with_the_tiny_model(tmp_path):
-    summary = eval_code.main(["--model=tiny", "--limit=2", "--max_new_tokens=16", "--batch_size=2",
+    summary = eval_code.main(["--model=tiny", "--limit=2", "--max_new_tokens=32", "--batch_size=2",
                               f"--out_dir={tmp_path}", "--device=cpu"])
     rows = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
     assert [r["task_id"] for r in rows] == ["HumanEval/0", "HumanEval/1"]
@@ -150,7 +151,8 @@ def test_command_end_to_end_with_the_tiny_model(tmp_path):
 def test_command_canonical_with_plus_file(tmp_path):
     summary = eval_code.main(["--canonical=True", f"--data_path={PLUS}", "--limit=5", f"--out_dir={tmp_path}",
                               f"--gt_cache_dir={tmp_path}/gt"])
-    assert summary["pass1_base"] == 100.0 and summary["pass1_plus"] == 100.0
+    assert summary["pass1_base"] == 100.0
+    assert summary["pass1_plus_evalplus"] == summary["pass1_plus_authors"] == 100.0
 
 
 @pytest.mark.slow
@@ -160,3 +162,47 @@ def test_all_canonical_solutions_pass_humaneval_plus(plus_problems, gt_cache):
     results = score(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=True,
                     cache_dir=gt_cache)
     assert [p["task_id"] for p, r in zip(problems, results) if not (r["base"] and r["plus"])] == []
+
+
+@needs_plus
+def test_plus_alone_is_scored_when_base_fails(plus_problems, gt_cache):
+    """A solution wrong on one base input only: EvalPlus' rule gives plus False, the authors' rule (plus
+    tests alone) True. Checked to fail when the plus tests run only after base passed."""
+    p = plus_problems["HumanEval/53"]  # add(x, y)
+    bad = next(tuple(i) for i in p["base_input"] if i not in p["plus_input"])
+    sol = f"def add(x, y):\n    return -1 if (x, y) == {bad!r} else x + y\n"
+    r = score([p], [sol], has_plus=True, cache_dir=gt_cache)[0]
+    assert (r["base"], r["plus"], r["plus_alone"]) == (False, False, True)
+    assert plus_columns([r, {"base": True, "plus_alone": True}]) == dict(pass1_plus_evalplus=50.0, pass1_plus_authors=100.0)
+
+
+def test_authors_post_processing_strips_the_whole_completion():
+    """The authors strip() the raw completion: a bare body loses its first line's indentation, so the stub +
+    body no longer parses as one function and only the stub's def (docstring, no body) survives; ours
+    keeps the indentation and completes the stub. Checked to fail with lstrip() of newlines only."""
+    p = load_problems("humaneval")[0][0]
+    body = "    return False\n```\nmore"
+    assert "return False" not in to_solution_authors(body, p)
+    assert "def has_close_elements" in to_solution_authors(body, p)
+    assert "    return False" in to_solution(body, p)
+    full = "\n\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    assert to_solution_authors(full, p).strip() == "def has_close_elements(numbers, threshold):\n    return False"
+
+
+def test_authors_batches_by_character_length_shortest_first():
+    """The authors' harness sorts prompts by length in characters (not tokens), ascending and stable, then
+    cuts batches. Checked to fail with a token-length key or a descending sort."""
+    prompts = ["ccc", "a", "bb", "dd", "e" * 10]
+    ids = [[0] * 9, [0] * 5, [0] * 1, [0] * 2, [0] * 3]  # token lengths order differently
+    assert batches(prompts, ids, 2, "authors") == [[1, 2], [3, 0], [4]]
+    assert batches(prompts, ids, 2, "batch_invariant") == [[2, 3], [4, 1], [0]]
+
+
+def test_bad_generation_settings_give_one_line(tmp_path):
+    """Settings generate() refuses reach the user as one line (SystemExit), not a traceback. Checked to
+    fail without the ValueError -> SystemExit wrapper around generate in main."""
+    base = ["--model=tiny", "--limit=1", f"--out_dir={tmp_path}", "--device=cpu"]
+    for arg, msg in (("--threshold=1.5", "threshold"), ("--max_new_tokens=5000", "context"),
+                     ("--max_new_tokens=16", "block_size"), ("--decode=fast", "decode")):
+        with pytest.raises(SystemExit, match=msg):
+            eval_code.main(base + [arg])

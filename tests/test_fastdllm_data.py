@@ -99,6 +99,9 @@ def test_read_jsonl_formats_and_errors(tmp_path):
     p.write_text(json.dumps({"messages": [{"role": "user", "content": "u"}]}) + "\n")
     with pytest.raises(ValueError, match="assistant"):
         read_jsonl(str(p))
+    p.write_text("\n")  # an empty data set: one line, not an empty training run
+    with pytest.raises(ValueError, match="no conversations"):
+        read_jsonl(str(p))
 
 
 def test_cli_local_source_and_offline_hub(tmp_path):

@@ -31,7 +31,7 @@ def tiny():
 
 
 def _run(model, prompts, **kw):
-    kw = {"max_new_tokens": 40, "threshold": THRESHOLD, "stop_token_id": -1, "trace": True, **kw}
+    kw = {"max_new_tokens": 40, "threshold": THRESHOLD, "stop_token_id": -1, "trace": True, "decode": "batch_invariant", **kw}
     return generate(model, prompts, **kw)
 
 
@@ -184,7 +184,8 @@ def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int
 @pytest.mark.parametrize("plen,max_new", [(3, 20), (8, 17), (13, 1), (16, 30)])
 def test_nfe_accounting_scripted(plen, max_new):
     model = Scripted()
-    out = generate(model, [[5] * plen], max_new_tokens=max_new, threshold=0.85, sub_block_size=4, block_size=8)
+    out = generate(model, [[5] * plen], max_new_tokens=max_new, threshold=0.85, sub_block_size=4, block_size=8,
+                   decode="batch_invariant")
     nfe, toks, stopped = expected(plen, max_new, 8, 4, 0.85)
     assert out.nfe == [nfe] and out.tokens == [toks] and out.stopped == [stopped]
 
@@ -193,7 +194,7 @@ def test_stop_token_scripted():
     # row 0 (prompt 3) reaches the stop at position 21; row 1 (prompt 25) starts after it and runs on
     model = Scripted(stop_at=21)
     out = generate(model, [[5] * 3, [5] * 25], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8,
-                   trace=True)
+                   trace=True, decode="batch_invariant")
     for r, plen in enumerate((3, 25)):
         nfe, toks, stopped = expected(plen, 40, 8, 4, 0.85, stop_at=21)
         assert out.nfe[r] == nfe and out.tokens[r] == toks and out.stopped[r] == stopped
@@ -205,7 +206,8 @@ def test_stop_token_scripted():
 
 def test_prefill_and_cache_updates_are_not_counted():
     model = Scripted()
-    out = generate(model, [[5] * 16], max_new_tokens=16, threshold=0.85, sub_block_size=4, block_size=8)
+    out = generate(model, [[5] * 16], max_new_tokens=16, threshold=0.85, sub_block_size=4, block_size=8,
+                   decode="batch_invariant")
     sizes = [n for _, _, n in model.calls]
     # one prefill of 16 positions, denoising forwards of whole blocks (8), one cache update (8)
     assert sizes[0] == 16 and sizes.count(8) == out.nfe[0] + 1
@@ -241,7 +243,10 @@ def test_bad_arguments(tiny):
     mask_id = model.config.mask_token_id
     for kw, msg in [(dict(prompts=[[]]), "non-empty"), (dict(prompts=[[1, mask_id]]), "mask token"),
                     (dict(sub_block_size=5), "multiple"), (dict(max_new_tokens=0), "max_new_tokens"),
-                    (dict(sub_block_cache=True, prefix_cache=False), "prefix_cache")]:
+                    (dict(sub_block_cache=True, prefix_cache=False), "prefix_cache"), (dict(threshold=1.5), "threshold"),
+                    (dict(decode="fast"), "decode"), (dict(max_new_tokens=16), "block_size"),
+                    (dict(sub_block_cache=True, relay_carry=True), "sub-block cache"),
+                    (dict(max_new_tokens=4096), "context")]:
         with pytest.raises(ValueError, match=msg):
             generate(model, **{"prompts": prompts, **kw})
     with pytest.raises(ValueError, match="relay"):
@@ -251,7 +256,7 @@ def test_bad_arguments(tiny):
 def test_top_p_sampling_is_seeded(tiny):
     model, prompts = tiny
     run = lambda seed: generate(model, prompts[:2], max_new_tokens=20, temperature=1.0, top_p=0.9, stop_token_id=-1,
-                                generator=torch.Generator().manual_seed(seed)).tokens
+                                generator=torch.Generator().manual_seed(seed), decode="batch_invariant").tokens
     a, b, c = run(0), run(0), run(1)
     assert a == b and a != c
     assert all(model.config.mask_token_id not in t and len(t) == 20 for t in a)
@@ -259,7 +264,7 @@ def test_top_p_sampling_is_seeded(tiny):
 
 def test_command_line_on_the_tiny_model(capsys):
     import fastdllm_generate
-    answer = fastdllm_generate.main(["--model=tiny", "--max_new_tokens=16", "--relay_carry=True", "--prompt=hi"])
+    answer = fastdllm_generate.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
     printed = capsys.readouterr().out
     assert answer in printed and "NFE" in printed
     with pytest.raises(SystemExit, match="does not exist"):
