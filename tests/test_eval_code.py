@@ -142,7 +142,8 @@ def test_command_end_to_end_with_the_tiny_model(tmp_path):
     assert [r["task_id"] for r in rows] == ["HumanEval/0", "HumanEval/1"]
     assert all(r["prompt"].endswith("```python\n") and r["nfe"] >= 1 for r in rows)
     assert summary["mean_nfe"] == sum(r["nfe"] for r in rows) / 2 and summary["tokens_per_s"] > 0
-    assert summary["pass1_base"] == 100.0 * sum(r["base"] for r in rows) / 2
+    judged = {r["task_id"]: r for r in map(json.loads, open(tmp_path / "judged.jsonl"))}
+    assert summary["pass1_base"] == 100.0 * sum(judged[r["task_id"]]["base"] for r in rows) / 2
     assert json.load(open(tmp_path / "results.json"))["n_problems"] == 2
 
 
