@@ -46,7 +46,15 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 # the program's side: started as `python -I runner.py job.json`, the nonce on stdin
 
 RUNNER = r'''
-import copy, json, math, os, signal, sys, time
+import copy, ctypes, json, math, os, signal, sys, time
+# give up every capability for good (root in the fallback mode keeps its uid, but loses the right to
+# read non-dumpable processes, to override file permissions, to signal other users' processes, ...)
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in range(64):
+    libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP: an exec cannot bring them back
+libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)())  # version 3, all sets empty
+libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binaries either
 nonce = sys.stdin.readline().strip()
 job = json.load(open(sys.argv[1]))
 # the result channel is the original stdout; the program's own stdout goes to /dev/null
@@ -210,6 +218,14 @@ def _limits(memory_gb: float):
     return apply
 
 
+@functools.lru_cache(maxsize=None)
+def _make_harness_undumpable() -> None:
+    """In fallback mode programs run under the harness's uid: a non-dumpable harness keeps its
+    /proc/<pid>/environ, memory and fds out of reach of a process without CAP_SYS_PTRACE."""
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+
+
 def _has_exited(pid: int) -> bool:
     # WNOWAIT: leave the zombie in place, so that its process group id cannot be reused before we kill it
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -286,6 +302,7 @@ def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "fall
             argv = _bwrap_argv(job_dir) + ["--", sys.executable, "-I", "/job/runner.py", "/job/job.json"]
             cwd, env = job_dir, {}
         else:
+            _make_harness_undumpable()
             marker = secrets.token_hex(16)
             cwd, env = os.path.join(job_dir, "work"), {"RELAY_SANDBOX_RUN": marker, **THREAD_ENV}
             os.mkdir(cwd)
