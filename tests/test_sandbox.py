@@ -153,7 +153,7 @@ def test_forked_processes_die_with_the_program(mode):
     assert gone(tok)
 
 
-def test_a_killed_harness_takes_its_programs_along(mode):
+def test_a_killed_harness_takes_its_programs_along(mode, tmp_path):
     """eval_code.py killed with SIGKILL mid-judging: the program it was running must not live on.
     Checked: fails (fallback) without the PR_SET_PDEATHSIG call in RUNNER (made by both of its processes)."""
     tok = token()
@@ -161,7 +161,7 @@ def test_a_killed_harness_takes_its_programs_along(mode):
     # the program travels in the environment: in the harness's command line its token would match live()
     harness = subprocess.Popen([sys.executable, "-c", "import os, sandbox\n"
                                 f"sandbox.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
-                               cwd=ROOT, env={**os.environ, "PROGRAM": program})
+                               cwd=ROOT, env={**os.environ, "PROGRAM": program, "TMPDIR": str(tmp_path)})
     deadline = time.monotonic() + 20
     while not live(tok) and time.monotonic() < deadline:
         time.sleep(0.05)
