@@ -461,9 +461,12 @@ def main(argv: list[str] | None = None) -> dict:
         _append(judged_path, [row])
         judged[p["task_id"]] = row
 
-    score([problems[i] for i in todo], [programs[i] for i in todo], has_plus, mbpp=cfg.dataset == "mbpp",
-          workers=cfg.workers, timeout=cfg.timeout, memory_gb=cfg.memory_gb,
-          cache_dir=os.path.expanduser(cfg.gt_cache_dir), mode=mode, on_result=record)
+    try:
+        score([problems[i] for i in todo], [programs[i] for i in todo], has_plus, mbpp=cfg.dataset == "mbpp",
+              workers=cfg.workers, timeout=cfg.timeout, memory_gb=cfg.memory_gb,
+              cache_dir=os.path.expanduser(cfg.gt_cache_dir), mode=mode, on_result=record)
+    except RuntimeError as e:  # a canonical solution fails on its own inputs: the data or the harness is broken
+        raise SystemExit(str(e))
     results = [judged[p["task_id"]] for p in problems]
 
     n = len(problems)

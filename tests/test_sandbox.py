@@ -256,12 +256,13 @@ def test_memory_limit_holds_in_every_process(mode):
 
 
 def test_flooding_stdout_and_stderr_keeps_the_harness_small(mode):
-    """300 MB to stderr and to every other fd: the harness keeps a bounded tail. The old harness
-    (communicate()) held all of it. Run in a fresh harness process so its peak RSS can be read.
+    """300 MB to stderr and to every other fd: the harness keeps a bounded tail of stderr and at most
+    RESULT_CAP (16 MiB here) of the result channel. The old harness (communicate()) held all of it.
+    Run in a fresh harness process so its peak RSS can be read.
     Checked: peak RSS > 300 MB when _collect keeps all of stderr."""
     attack = ("import os\nchunk = b'x' * 2**20\nfor fd in (2, 3, 4, 5, 1):\n    try:\n"
               "        for _ in range(300):\n            os.write(fd, chunk)\n    except OSError:\n        pass\n")
-    harness = ("import json, resource, sandbox\n"
+    harness = ("import json, resource, sandbox\nsandbox.RESULT_CAP = 16 * 2**20\n"
                f"r = sandbox.judge_program({(attack + WRONG + TEST + 'check(add)').__repr__()}, 20.0, 1.0, {mode!r})\n"
                "print(json.dumps([r, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))\n")
     p = subprocess.run([sys.executable, "-c", harness], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -319,3 +320,16 @@ def test_outputs_keep_their_python_types_through_json(mode):
                                  frozenset([3]), None, True]
     assert type(got[0]) is tuple and type(got[7]) is int and type(got[10]) is bool
     assert not sandbox.outputs_match([1, [2]], (1, [2]), [0], "f", 0, False)
+
+
+def test_long_strings_compare_by_digest(mode):
+    """Strings over 64 KiB come back as length + SHA-256 (HumanEval/15's plus outputs total 140 MB,
+    over the 64 MiB result cap): equal strings match, a one-character change does not, and a short
+    string never matches a long one. Checked: fails if StrDigest.__eq__ compares only the lengths."""
+    code = "def f(k):\n    return 'a' * 100000 if k == 0 else 'a' * 99999 + 'b' if k == 1 else 'a'\n"
+    outs, _, err = sandbox.run_outputs(code, "f", [[0], [1], [2], [0]], [1.0] * 4, 1.0, mode)
+    same, changed, short, again = [sandbox.decode(o) for o in outs]
+    assert err == "" and isinstance(same, sandbox.StrDigest)
+    assert sandbox.outputs_match(again, same, [0], "f", 0, False)
+    assert not sandbox.outputs_match(changed, same, [0], "f", 0, False)
+    assert not sandbox.outputs_match(short, same, [0], "f", 0, False)
