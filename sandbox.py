@@ -28,6 +28,7 @@ import secrets
 import select
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -147,9 +148,10 @@ def _bwrap_argv(job_dir: str) -> list[str]:
             args += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             args += ["--ro-bind", top, top]
-    # the interpreter and its packages, wherever they live (pyenv, venv, conda)
+    # the interpreter and its installed packages, wherever they live (pyenv, venv, conda); not the rest of
+    # sys.path, which holds the harness's own directory (the repository)
     for path in sorted({sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                        *[p for p in sys.path if os.path.isdir(p)]}):
+                        *[p for p in site.getsitepackages() if os.path.isdir(p)]}):
         real = os.path.realpath(path)
         if not any(real == b or real.startswith(b + "/") for b in bound):
             args += ["--ro-bind", real, real]

