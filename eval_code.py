@@ -259,6 +259,8 @@ def score(problems: list[dict], solutions: list[str], has_plus: bool, mbpp: bool
     """Per problem {"base", "plus", "plus_inputs", "error"} (see sandbox.judge_task); plus = base and
     plus inputs pass (EvalPlus), plus_inputs = the plus inputs alone. on_result(i, verdict) is called
     as each problem is judged."""
+    if not problems:  # everything judged already (a resumed run)
+        return []
     workers = workers or os.cpu_count() or 1
     mode = sandbox.isolation_mode(mode)
     gt = sandbox.ground_truth(problems, mbpp, workers, memory_gb, cache_dir or os.path.expanduser("~/.cache/relay"),
