@@ -302,7 +302,7 @@ def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "fall
     """Run RUNNER on `job` ({"kind": "program", "code"} or {"kind": "io", "code", "entry_point",
     "inputs", "limits"}) in `mode` ("bwrap" or "fallback", from isolation_mode())."""
     nonce, marker = secrets.token_hex(16), ""
-    with tempfile.TemporaryDirectory(prefix="relay-job-") as job_dir:
+    with tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True) as job_dir:
         with open(os.path.join(job_dir, "runner.py"), "w") as f:
             f.write(RUNNER)
         with open(os.path.join(job_dir, "job.json"), "w") as f:
