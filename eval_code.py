@@ -397,6 +397,8 @@ def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> No
         model, tok, device = _load_model(cfg)
     except ValueError as e:
         raise SystemExit(str(e))
+    except OSError as e:  # a checkpoint directory without its files
+        raise SystemExit(f"--model={cfg.model}: {e.strerror or e}: {e.filename or ''}")
     if cfg.relay_carry and model.relay_layer_norm is None:
         raise SystemExit(f"--relay_carry=True needs a Relay checkpoint (use_relay in its config); {cfg.model} has none")
     prompts = [make_prompt(p["prompt"], tok) for p in problems]

@@ -284,6 +284,7 @@ def _bad_inputs(tmp_path):
     config = {k: v for k, v in vars(eval_code.EvalConfig(canonical=True, limit=7)).items()
               if k not in eval_code.RESUMABLE_KEYS}
     (d / "other_run" / "plan.json").write_text(json.dumps({"config": config, "batches": []}))
+    (d / "empty_model").mkdir()
     (d / "old_run").mkdir()
     (d / "old_run" / "samples.jsonl").write_text("{}\n")
     return [
@@ -302,6 +303,7 @@ def _bad_inputs(tmp_path):
         (["--canonical=True", f"--out_dir={d}/a_file/sub"], "is a file"),
         (["--canonical=True", f"--out_dir={d}/other_run"], "holds a run with limit=7"),
         (["--canonical=True", f"--out_dir={d}/old_run"], "without plan.json"),
+        ([f"--model={d}/empty_model", "--limit=1"], "config.json"),
     ] + ([(["--canonical=True", f"--data_path={PLUS}", f"--gt_cache_dir={d}/a_file"], "is a file")]
          if os.path.exists(PLUS) else [])
 
