@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import eval_code
+import sandbox
 from eval_code import load_problems, make_prompt, sanitize, score, to_solution
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -249,9 +250,10 @@ def test_sigkill_while_judging_loses_no_verdict(tmp_path):
     assert json.load(open(out / "results.json"))["pass1_base"] == 50.0
 
 
-def test_samples_file_is_scored_without_a_model(tmp_path, monkeypatch):
-    """--samples: `solution` is the whole program, `completion` goes after the prompt (EvalPlus).
-    Checked: fails if `completion` is judged without the prompt (every row fails), or if a model is loaded."""
+def test_samples_file_is_scored_without_a_model(tmp_path, monkeypatch, capsys):
+    """--samples: `solution` is the whole program, `completion` goes after the prompt (EvalPlus); the
+    isolation mode is printed and recorded. Checked: fails if `completion` is judged without the prompt,
+    if a model is loaded, or if main() stops printing the sandbox mode."""
     monkeypatch.setattr(eval_code, "_load_model", lambda cfg: pytest.fail("--samples loaded a model"))
     problems = load_problems("humaneval")[0][:3]
     rows = [{"task_id": problems[0]["task_id"], "completion": problems[0]["canonical_solution"]},
@@ -262,6 +264,8 @@ def test_samples_file_is_scored_without_a_model(tmp_path, monkeypatch):
     judged = {r["task_id"]: r["base"] for r in _rows(tmp_path / "out" / "judged.jsonl")}
     assert judged == {"HumanEval/0": True, "HumanEval/1": True, "HumanEval/2": False}
     assert summary["mean_nfe"] is None and abs(summary["pass1_base"] - 200 / 3) < 1e-9
+    mode = sandbox.isolation_mode("auto")
+    assert f"sandbox: {mode}" in capsys.readouterr().out and summary["sandbox"] == mode
 
 
 def _bad_inputs(tmp_path):
