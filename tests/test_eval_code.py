@@ -233,7 +233,8 @@ def test_sigkill_while_judging_loses_no_verdict(tmp_path):
             f.write(json.dumps({"task_id": p["task_id"], "completion": body + SLOW}) + "\n")
     out = tmp_path / "out"
     cmd = [sys.executable, "eval_code.py", f"--samples={samples}", "--limit=8", f"--out_dir={out}", "--workers=1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the killed run leaves its job directory behind
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         if (out / "judged.jsonl").exists() and len(open(out / "judged.jsonl").read().splitlines()) >= 2:
@@ -243,7 +244,7 @@ def test_sigkill_while_judging_loses_no_verdict(tmp_path):
     proc.wait()
     first = len(_rows(out / "judged.jsonl"))
     assert 2 <= first < 8
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env)
     rows = _rows(out / "judged.jsonl")
     assert sorted(r["task_id"] for r in rows) == sorted(p["task_id"] for p in problems)
     assert [r["base"] for r in sorted(rows, key=lambda r: int(r["task_id"].split("/")[1]))] == [True, False] * 4
