@@ -4,7 +4,7 @@
     logits, h = model(tokens)          # first step: h = 0
     logits, h = model(tokens, h)       # later steps carry the last block's output
 
-Architecture (design note sudoku.md 1.1, App. A.1 of the paper): token embedding (17 ids, no
+Architecture (App. A.1 of the paper; details in docs/reference.md): token embedding (17 ids, no
 positional embedding: RoPE in attention), 4 pre-norm blocks (LayerNorm eps 1e-5; fused bias-free
 QKV; RoPE over all 64 head dims, base 10000, rotate-half; bidirectional attention; bias-free
 output projection; ReLU FFN with biases), final LayerNorm, bias-free head over all 17 ids.

@@ -387,7 +387,7 @@ def _drop_overlap(splits: dict[str, pd.DataFrame]) -> Counter:
 
 
 # -----------------------------------------------------------------------------
-# Tim Vink's solver: trajectory, num_steps, strategies_used (design note 7)
+# Tim Vink's solver: trajectory, num_steps, strategies_used
 
 class _Timeout(Exception):
     pass
@@ -453,7 +453,7 @@ def derive_one(job: tuple[str, str, float]) -> dict:
 
 
 def derive(frame: pd.DataFrame, workers: int, time_limit: float, desc: str = "deriving") -> pd.DataFrame:
-    """Frame + trajectory, num_steps, strategies_used, derive_status, with Tim Vink's solver (design note 7)."""
+    """Frame + trajectory, num_steps, strategies_used, derive_status, with Tim Vink's solver."""
     jobs = [(q, a, time_limit) for q, a in zip(frame["question"], frame["answer"])]
     rows = _pool_map(derive_one, jobs, workers, desc, chunksize=8)
     out = frame.copy()
@@ -463,7 +463,7 @@ def derive(frame: pd.DataFrame, workers: int, time_limit: float, desc: str = "de
 
 
 # -----------------------------------------------------------------------------
-# cohorts (design note 5.3)
+# cohorts
 
 TIERS = ("Easy", "Medium", "Advanced", "Master", "Brute Force")
 _TIER_OF = {
@@ -514,7 +514,7 @@ def hardest_tier(names) -> str:
 
 
 def deduction_only_mask(frame: pd.DataFrame) -> np.ndarray:
-    """The paper's deduction-only cohort: no "Brute Force" and at least one Advanced or Master strategy (design note 5.3)."""
+    """The paper's deduction-only cohort: no "Brute Force" and at least one Advanced or Master strategy."""
     if "strategies_used" not in frame:
         raise ValueError("these puzzles have no strategies_used column: run `python prepare_data.py --derive` "
                          "(or use the hub data, --source=hf) to add the solver-derived fields")

@@ -15,8 +15,8 @@ each forward depend on the previous one's hidden state, and this random model (i
 relay gain ~N(0, 0.5)) amplifies a last-bit difference between the cached and uncached attention by
 ~10x per forward until a token flips (measured: 2e-5 -> 1e-2 in four forwards). Without carry there is
 no recurrence, so rounding never compounds. --dtype=float64 shows every row at 1.000 except the
-sub-block cache, which is approximate by design (design note fastdllm_v2.md 3.3).
-The targets (issue 6): prefix cache >= 3x faster than uncached at equal outputs; relay carry <= 5%
+sub-block cache, which is approximate by design (docs/fastdllm.md).
+The targets: prefix cache >= 3x faster than uncached at equal outputs; relay carry <= 5%
 extra per forward (compare ms/fwd of "+ relay carry" rows with the rows above them).
 """
 import os
@@ -46,7 +46,7 @@ class BenchConfig:
     seed: int = 0
 
 
-SHAPE_1_5B = dict(  # design note fastdllm_v2.md 1.1
+SHAPE_1_5B = dict(  # Fast_dLLM_v2_1.5B's config (Qwen2.5-1.5B shapes)
     vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
     num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
     tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False, bos_token_id=151643,

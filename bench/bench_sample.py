@@ -4,7 +4,7 @@
     python bench/bench_sample.py --ckpt=out/relay --data=test --n=2048 --device=cuda
     python bench/bench_sample.py --size=tiny --n=64 --batch_size=32 --repeats=1   # seconds, a smoke run
 
-Targets (issue 4): carrying h costs at most 5% per forward; early exit (finished puzzles leave the
+Targets: carrying h costs at most 5% per forward; early exit (finished puzzles leave the
 batch) is at least 2x faster than running every batch until its slowest puzzle is done.
 With random weights every puzzle fills one cell per step, so the early-exit ratio then only
 reflects the spread of blank counts; measure it on a trained checkpoint (--ckpt).

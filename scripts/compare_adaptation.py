@@ -1,4 +1,4 @@
-"""Compute-matched adaptation (issue 7): train MLM for N minutes, then continue from that checkpoint
+"""Compute-matched adaptation: train MLM for N minutes, then continue from that checkpoint
 for M minutes each with MLM, Rollout, Relay (sg) and Relay; evaluate all over the τ sweep.
 
     python scripts/compare_adaptation.py --parent_minutes=15 --minutes=10 --seeds=1,2,3
