@@ -78,7 +78,9 @@ def run_cases() -> dict:
 
 def test_decode_matches_the_golden_boards_and_nfe():
     """Catches any change of the decoding loop's boards, per-puzzle NFE, batch NFE, rollout violations
-    or per-forward trace (see the mutations listed in the report of the change that added it)."""
+    or per-forward trace. Checked: fails when relay.decode skips the final-fill forward (case
+    maxsteps10), when batch_nfe drops its +1, when the carry passes h=None at every step, and when
+    early exit forgets to drop the finished rows' h."""
     expected = json.load(open(GOLDEN))
     got = run_cases()
     assert set(got) == set(expected)

@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 
 from model import ModelConfig, SudokuTransformer
-from relay import (MASK, RelayLayerNorm, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
+from sudoku import MASK
+from relay import (RelayLayerNorm, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
                    mlm_loss, mlm_masking, rollout_loss, threshold_policy)
 
 V = 17
@@ -19,7 +20,7 @@ def logits_with_confidence(conf: torch.Tensor, top: int = 9) -> torch.Tensor:
 
 
 def reference_confidence_unmask(logits, candidates, tau):
-    """Row-by-row loop version of design note 4.1, written independently of the vectorised one."""
+    """Row-by-row loop version of the confidence rule, written independently of the vectorised one."""
     conf = logits.float().softmax(-1).amax(-1)
     out = torch.zeros_like(candidates)
     for b in range(len(conf)):
@@ -113,7 +114,7 @@ def test_masked_ce_token_mean_and_ddp_normalisation():
 def test_mlm_masking_and_loss():
     g = torch.Generator().manual_seed(0)
     clues = torch.rand(2000, 81, generator=g) < 0.4
-    masked = mlm_masking(clues, g)
+    masked = mlm_masking(maskable=~clues, generator=g)
     assert not (masked & clues).any()
     frac = masked.sum(1).float() / (~clues).sum(1).float()
     assert 0.45 < frac.mean() < 0.55 and frac.std() > 0.2  # t ~ U(0,1) per puzzle: mean 1/2, wide spread
@@ -121,7 +122,7 @@ def test_mlm_masking_and_loss():
     model = SudokuTransformer(ModelConfig(**SMALL))
     x0 = torch.randint(8, 17, (4, 81), generator=g)
     clues, masked = clues[:4], masked[:4]
-    loss = mlm_loss(model, x0, clues, masked=masked)
+    loss = mlm_loss(model, x0, maskable=~clues, mask_id=MASK, masked=masked)
     logits, _ = model(torch.where(masked, MASK, x0))
     torch.testing.assert_close(loss, F.cross_entropy(logits[masked], x0[masked]))  # no 1/t weight
 
@@ -150,7 +151,7 @@ def test_k1_rollout_loss_equals_masked_ce_of_one_forward():
     model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
     x0, maskable = puzzle_batch()
     z = torch.where(maskable, MASK, x0)
-    out = rollout_loss(model, (z, x0, maskable, None), K=1, variant="relay")
+    out = rollout_loss(model, (z, x0, maskable, None), K=1, variant="relay", mask_id=MASK)
     logits, _ = model(z)
     torch.testing.assert_close(out.loss, F.cross_entropy(logits[maskable], x0[maskable]))
 
@@ -164,7 +165,7 @@ def test_gradient_paths_across_steps(variant):
     x0, maskable = puzzle_batch()
     rec = Recorder(model)
     z = torch.where(maskable, MASK, x0)
-    rollout_loss(rec, (z, x0, maskable, h0 if variant != "rollout" else None), K=2, variant=variant)
+    rollout_loss(rec, (z, x0, maskable, h0 if variant != "rollout" else None), K=2, variant=variant, mask_id=MASK)
     (z1, h1_in, _, h1_out), (z2, h2_in, logits2, _) = rec.calls
     loss2 = masked_ce(logits2, x0, (z2 == MASK) & maskable)
     assert h1_in is None or not h1_in.requires_grad  # the stored state never carries a graph
@@ -196,7 +197,7 @@ def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces():
     torch.manual_seed(0)
     model = SudokuTransformer(ModelConfig(**SMALL, relay=True)).eval()
     x0, maskable = puzzle_batch()
-    buf = RolloutBuffer(8)
+    buf = RolloutBuffer(8, MASK)
     buf.refill(x0, maskable)
     prev = buf.z.clone()
     for _ in range(41):  # <= 81 cells, >= 2 per window
@@ -215,7 +216,7 @@ def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces():
 
 def test_buffer_refills_only_finished_slots():
     x0, maskable = puzzle_batch(B=6, seed=0)
-    buf = RolloutBuffer(6)
+    buf = RolloutBuffer(6, MASK)
     assert buf.refill(x0, maskable) == 6
     assert torch.equal(buf.z, torch.where(maskable, MASK, x0))  # cold: every maskable cell masked
     buf.h = torch.randn(6, 81, 4)
@@ -230,14 +231,14 @@ def test_buffer_refills_only_finished_slots():
     assert torch.equal(buf.z[keep], z_before[keep]) and torch.equal(buf.h[keep], h_before[keep])
     assert buf.refill(new_x0, new_maskable) == 0
     state = {k: v.clone() for k, v in buf.state_dict().items()}
-    other = RolloutBuffer(6)
+    other = RolloutBuffer(6, MASK)
     other.load_state_dict(state)
     assert other.finished().tolist() == buf.finished().tolist() and torch.equal(other.h, buf.h)
 
 
 def test_staggered_buffer_starts_at_random_points():
     x0, maskable = puzzle_batch(B=64)
-    buf = RolloutBuffer(64, init="staggered")
+    buf = RolloutBuffer(64, MASK, init="staggered")
     buf.refill(x0, maskable, torch.Generator().manual_seed(0))
     masked = buf.z == MASK
     assert not (masked & ~maskable).any()
@@ -246,7 +247,7 @@ def test_staggered_buffer_starts_at_random_points():
     frac = masked.sum(1).float() / maskable.sum(1).float()
     assert frac.std() > 0.15 and 0.3 < frac.mean() < 0.7
     with pytest.raises(ValueError, match="cold"):
-        RolloutBuffer(4, init="warm")
+        RolloutBuffer(4, MASK, init="warm")
 
 
 def test_relay_layernorm_zero_init():
@@ -258,11 +259,11 @@ def test_relay_layernorm_zero_init():
 def test_rollout_loss_input_errors():
     x0, maskable = puzzle_batch()
     with pytest.raises(ValueError, match="variant"):
-        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), variant="relay2")
+        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), variant="relay2", mask_id=MASK)
     with pytest.raises(ValueError, match="empty"):
-        rollout_loss(lambda z, h: None, RolloutBuffer(4))
+        rollout_loss(lambda z, h: None, RolloutBuffer(4, MASK))
     with pytest.raises(ValueError, match="K must"):
-        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), K=0)
+        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), K=0, mask_id=MASK)
 
 
 def test_masked_ce_large_vocabulary_path_agrees():
