@@ -1,10 +1,12 @@
+import textwrap
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from model import ModelConfig, SudokuTransformer
 from sudoku import MASK
-from relay import (RelayLayerNorm, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
+from relay import (RelayLayerNorm, check_step_fn, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
                    mlm_loss, mlm_masking, rollout_loss, threshold_policy)
 
 V = 17
@@ -274,3 +276,145 @@ def test_masked_ce_large_vocabulary_path_agrees():
     small = masked_ce(logits[..., :17], x0 % 17, mask)  # the mask-weighted path
     torch.testing.assert_close(small, F.cross_entropy(logits[..., :17][mask], (x0 % 17)[mask]))
     torch.testing.assert_close(masked_ce(logits, x0, mask), F.cross_entropy(logits[mask], x0[mask]))
+
+
+# ----------------------------------------------------------------------------- traps a user of relay.py falls into
+
+class ToyMDM(torch.nn.Module):
+    """A torch-only MDM (embedding, one linear layer, head) with a learned-looking relay (beta != 0)."""
+
+    def __init__(self, V=6, d=8, skip_relay_when_none=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.body, self.head = torch.nn.Embedding(V, d), torch.nn.Linear(d, d), torch.nn.Linear(d, V)
+        self.relay_norm = RelayLayerNorm(d)
+        torch.nn.init.normal_(self.relay_norm.bias)
+        self.skip = skip_relay_when_none
+
+    def forward(self, tokens, h=None, row_id=None):
+        x = self.emb(tokens)
+        if h is not None or not self.skip:
+            x = x + self.relay_norm(torch.zeros_like(x) if h is None else h)
+        h_out = torch.tanh(self.body(x))
+        return self.head(h_out), h_out
+
+
+def test_mask_id_is_required_and_buffer_and_loss_must_agree():
+    """Trap: mask_id defaulted to Sudoku's 2 in three places; a buffer and a loss that disagree gave
+    loss 0 and n_masked 0. Checked: fails if RolloutBuffer/mlm_loss get a default mask_id again, or if
+    rollout_loss stops comparing its mask_id with the buffer's."""
+    x0 = torch.randint(0, 5, (4, 9))
+    maskable = torch.rand(4, 9, generator=torch.Generator().manual_seed(0)) < 0.5
+    with pytest.raises(TypeError):
+        RolloutBuffer(4)
+    with pytest.raises(TypeError):
+        mlm_loss(ToyMDM(), x0, maskable=maskable)
+    buf = RolloutBuffer(4, mask_id=5)
+    buf.refill(x0, maskable)
+    with pytest.raises(ValueError, match="buffer uses mask_id=5"):
+        rollout_loss(ToyMDM(), buf, mask_id=2)
+    out = rollout_loss(ToyMDM(), buf, K=1)  # taken from the buffer
+    assert out.n_masked[0] == maskable.sum()
+    with pytest.raises(ValueError, match="pass mask_id"):
+        rollout_loss(ToyMDM(), (x0, x0, maskable, None))
+    with pytest.raises(ValueError, match="holds mask_id"):  # a real symbol used as the mask id
+        RolloutBuffer(4, mask_id=int(x0[maskable][0])).refill(x0, maskable)
+
+
+def test_one_convention_for_cells_to_fill():
+    """Trap: mlm_loss took clues (given cells) and refill took maskable (cells to fill), so one tensor
+    passed to both masked the clues. Checked: fails if mlm_loss/mlm_masking accept the mask positionally
+    again (an old clues call would run silently inverted) or mask outside maskable."""
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, 5, (64, 9), generator=g)
+    maskable = torch.rand(64, 9, generator=g) < 0.5
+    with pytest.raises(TypeError):
+        mlm_loss(ToyMDM(), x0, ~maskable, mask_id=5)
+    with pytest.raises(TypeError):
+        mlm_masking(~maskable)
+    masked = mlm_masking(maskable=maskable, generator=g)
+    assert masked.any() and not (masked & ~maskable).any()
+    buf = RolloutBuffer(64, mask_id=5)
+    buf.refill(x0, maskable)
+    assert torch.equal(buf.z == 5, maskable)  # the same tensor means the same cells in both
+    with pytest.raises(ValueError, match="only maskable"):
+        mlm_loss(ToyMDM(), x0, maskable=maskable, mask_id=5, masked=~maskable)
+
+
+def test_docstring_example_follows_the_h_none_contract():
+    """Trap: the example skipped R(h) when h is None, so with beta != 0 a fresh buffer (None) and a
+    refilled slot (zeros) started differently. Runs the module docstring's example class on a toy
+    backbone with beta != 0. Checked: fails when the example is edited to `if h is not None: x += R(h)`,
+    and check_step_fn rejects a step_fn that does so."""
+    import relay
+    doc = relay.__doc__
+    code = doc[doc.index("    class MyRelayMDM"):doc.index("    model = MyRelayMDM")]
+    ns = {"nn": torch.nn, "torch": torch, "RelayLayerNorm": RelayLayerNorm}
+    exec(textwrap.dedent(code), ns)
+    toy = ToyMDM()
+    backbone = torch.nn.Module()
+    backbone.embed, backbone.layers, backbone.head = toy.emb, torch.nn.Sequential(toy.body, torch.nn.Tanh()), toy.head
+    model = ns["MyRelayMDM"](backbone, 8)
+    torch.nn.init.normal_(model.relay_norm.bias)  # as after training: R(0) = beta != 0
+    tokens = torch.randint(0, 6, (3, 5))
+    check_step_fn(model, tokens, d=8)
+    with pytest.raises(ValueError, match="h=None and h=zeros"):
+        check_step_fn(ToyMDM(skip_relay_when_none=True), tokens, d=8)
+
+
+def test_wrong_relay_state_and_step_outputs_are_errors():
+    """Trap: a wrong dtype/shape of h was used silently (broadcast or cast). Checked: fails if
+    _check_state is removed from rollout_loss or from the step-output check."""
+    x0 = torch.randint(0, 5, (2, 9))
+    maskable = torch.ones(2, 9, dtype=torch.bool)
+    z = torch.full_like(x0, 5)
+    for bad in (torch.zeros(2, 9), torch.zeros(2, 9, 8, dtype=torch.long), torch.zeros(1, 9, 8)):
+        with pytest.raises(ValueError, match="relay state"):
+            rollout_loss(ToyMDM(), (z, x0, maskable, bad), mask_id=5)
+    with pytest.raises(ValueError, match="h_out"):
+        rollout_loss(lambda t, h: (ToyMDM()(t)[0], None), (z, x0, maskable, None), mask_id=5)
+    with pytest.raises(ValueError, match="h_out"):
+        rollout_loss(lambda t, h: (ToyMDM()(t)[0], torch.zeros(2, 8)), (z, x0, maskable, None), mask_id=5)
+
+
+def test_buffer_extras_reach_step_fn_in_the_rows_order():
+    """Trap: per-row extras (e.g. attention_mask) had no way into step_fn, and refill reorders rows.
+    Here each row's extra is its id, also written into its tokens; step_fn checks they match after
+    refills that put new rows into scattered slots. Checked: fails when refill copies the extras
+    without the slot reordering (`extras[k][:size]`)."""
+    seen = []
+
+    def step_fn(tokens, h, row_id):
+        assert torch.equal(tokens[:, 0], row_id % 5), "extras row order differs from the tokens'"
+        seen.append(row_id.clone())
+        return ToyMDM()(tokens, h)
+
+    g = torch.Generator().manual_seed(0)
+    buf = RolloutBuffer(4, mask_id=5)
+    for start in range(0, 40, 8):
+        row_id = torch.arange(start, start + 8)
+        x0 = torch.randint(0, 5, (8, 9), generator=g)
+        x0[:, 0] = row_id % 5
+        maskable = torch.rand(8, 9, generator=g) < 0.6
+        maskable[:, 0] = False
+        maskable[torch.arange(8), 1 + torch.arange(8) % 8] = True
+        buf.refill(x0, maskable, extras={"row_id": row_id})
+        rollout_loss(step_fn, buf, K=2, variant="relay", policy=threshold_policy(0.3, 0.0))
+    assert len(torch.cat(seen).unique()) > 8  # rows of several refills went through
+    with pytest.raises(ValueError, match="extras"):
+        buf.refill(x0, maskable)  # the buffer holds extras: a refill without them is an error
+
+
+def test_relay_py_is_self_contained():
+    """Trap: docstrings cited files a user lacks (design notes, LaTeX labels). Checked: fails on the
+    old relay.py (\"design note sudoku.md 4.1\", \"Eq. relay_recurrence\") and if relay.py imports
+    anything beyond torch and the standard library."""
+    import ast
+    import relay
+    text = open(relay.__file__).read()
+    for banned in ("design note", ".md", "relay_recurrence", "relay_two_step", "eq:", "sudoku.py", "issue"):
+        assert banned not in text, f"relay.py mentions {banned!r}"
+    modules = {n.module if isinstance(n, ast.ImportFrom) else a.name
+               for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in (n.names if isinstance(n, ast.Import) else [None])}
+    assert {m.split(".")[0] for m in modules} <= {"torch", "dataclasses", "typing"}, modules
