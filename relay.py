@@ -12,6 +12,8 @@ YOUR MODEL AS A step_fn. Everything here talks to the backbone through one calla
     give the same result for h=None and h=zeros, because the rollout buffer restarts finished slots
     with zeros while fresh batches and decode's first step pass None (check_step_fn tests this).
     R(0) = beta, not 0, so "h=None" must add beta, not skip R: e.g. R(zeros) or R.bias, as below.
+    (The paper's Sudoku model does so at every first step; its Fast-dLLM v2 decoder, a KV-cached
+    block loop of its own, gives the first forward of each block no relay at all.)
   - h_out is the state the next step reads: the last hidden state the head reads (for a pre-LN
     model the last block's output, before or after the final norm; R re-normalises it either way).
     Position i of logits and of h_out must belong to token i (shift them inside step_fn for
