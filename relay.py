@@ -47,6 +47,10 @@ for any backbone whose embeddings are far from unit scale (Hugging Face models i
 embeddings with std 0.02: a gamma = 1 relay of unit scale then drowns the token identity and the
 model may not learn at all). The default gamma = 1, beta = 0 is the paper's choice for its Sudoku
 models trained from scratch, whose embeddings are N(0, 1) (Appendix A.1.2).
+WHERE R(h) GOES: into the residual stream before layer 0, i.e. onto the OUTPUT of the backbone's
+embedding module (after its position embeddings and embedding LayerNorm, if it has them). Added to
+raw small-scale word embeddings that an embedding LayerNorm then normalises, R(h) outgrows the token
+identity as soon as gamma grows, even from zero_init (a BERT example learned nothing that way).
 
 COSTS. rollout_loss runs K forwards and one backward through all K per optimizer step (the paper
 uses K = 2: about twice an MLM step's compute; activations of the K forwards are held together).

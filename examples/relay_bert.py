@@ -5,9 +5,11 @@ Relay, then both decode with confidence-threshold unmasking. Needs torch and tra
     OMP_NUM_THREADS=1 python examples/relay_bert.py                         # defaults (see --help)
     OMP_NUM_THREADS=1 python examples/relay_bert.py --steps=50 --n_test=32 --seeds=0   # seconds
 
-The glue is RelayBert (about 15 lines): R(h) is added to BERT's word embeddings (its position
-embeddings and embedding LayerNorm follow), h is BERT's last hidden state (the tensor its MLM head
-reads), and R starts at zero (zero_init=True) because BERT's embeddings have std 0.02.
+The glue is RelayBert (about 15 lines): R(h) is added to the output of BERT's embedding module
+(word + position embeddings after its LayerNorm: the input of layer 0), h is BERT's last hidden
+state (the tensor its MLM head reads), and R starts at zero (zero_init=True). Adding R(h) to the raw
+word embeddings instead (std 0.02, before the embedding LayerNorm) let R drown the token identity
+as soon as gamma grew, and Relay did not learn in 1,800 steps.
 """
 import argparse
 import os
@@ -35,10 +37,10 @@ class RelayBert(nn.Module):
         self.relay_norm = RelayLayerNorm(cfg.hidden_size, zero_init=True) if relay else None
 
     def forward(self, tokens: torch.Tensor, h: torch.Tensor | None = None):
-        x = self.bert.bert.embeddings.word_embeddings(tokens)
-        if self.relay_norm is not None:
+        x = self.bert.bert.embeddings(input_ids=tokens)  # word + position embeddings, LayerNorm: unit scale
+        if self.relay_norm is not None:  # the residual stream before layer 0 (paper Eq. 2: Emb(x) + R(h))
             x = x + self.relay_norm(torch.zeros_like(x) if h is None else h)  # h=None is h_0 = 0: R(0) = beta
-        h_out = self.bert.bert(inputs_embeds=x).last_hidden_state  # position embeddings and LayerNorm inside
+        h_out = self.bert.bert.encoder(x).last_hidden_state
         return self.bert.cls(h_out), h_out
 
 
