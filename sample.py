@@ -5,7 +5,7 @@
         --cohort=all,deduction_only --table --plot=pareto.png --out=results.json
     python sample.py --ckpt=out/relay --puzzle=4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......
 
-Decoding (design note sudoku.md 4.1): every step runs one forward pass on the current board, commits
+Decoding (relay.decode, through sudoku_decode.py): every step runs one forward pass on the current board, commits
 the cells `relay.confidence_unmask` selects (inclusive cumulative 1-c below τ, else the single most
 confident cell) with their argmax values, and, for relay models, feeds the last block's output h back
 into the next step (h = 0 at the first step). Clues never change; a puzzle is done when no [MASK] is
@@ -25,14 +25,12 @@ import math
 import os
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from relay import confidence_unmask
+from sudoku_decode import decode_boards, device_of
 from sudoku import DIGIT0, MASK, N_CELLS, UNITS  # UNITS: (27, 9) cell indices of rows, columns, boxes
 
 TAUS = (0.05, 0.10, 0.15, 0.20, 0.25)  # the paper's inference sweep
@@ -49,7 +47,7 @@ def count_violations(tokens: torch.Tensor) -> torch.Tensor:
     """(N, 81) token ids -> (N,) sum over the 27 units of (#filled - #distinct filled).
 
     Filled = a digit 1..9 (anything else, [MASK] included, is blank). Same definition as
-    sudoku.count_violations_batch; the paper's exact definition is not known (design note 6).
+    sudoku.count_violations_batch; the paper's exact definition is not known (docs/sudoku_metrics.md).
     """
     digits = tokens.long() - DIGIT0
     digits = torch.where((digits >= 1) & (digits <= 9), digits, 0)
@@ -92,11 +90,6 @@ class DecodeResult:
     batch1_nfe: torch.Tensor | None = None  # (N,) the puzzle's own loop steps + 1 final forward
 
 
-def _device_of(model: torch.nn.Module, fallback: torch.device) -> torch.device:
-    p = next(model.parameters(), None)
-    return p.device if p is not None else fallback
-
-
 def check_questions(questions: torch.Tensor) -> None:
     """ValueError unless questions is an integer (N, 81) tensor of [MASK] and digit ids 1..9."""
     if not isinstance(questions, torch.Tensor) or questions.dim() != 2 or questions.size(1) != N_CELLS:
@@ -109,57 +102,6 @@ def check_questions(questions: torch.Tensor) -> None:
         bad = questions[~ok][0].item()
         raise ValueError(f"questions may only hold [MASK]={MASK} and digit ids {DIGIT0 + 1}..{DIGIT0 + 9}, "
                          f"found {bad}; build them with sudoku.digits_to_tokens")
-
-
-def _decode_batch(model, x, tau, max_steps, carry, early_exit, record):
-    """Decode one batch in place. x (B, 81) on the model's device. Returns steps, nfe, violations, trace."""
-    B = x.size(0)
-    steps = torch.zeros(B, dtype=torch.long, device=x.device)  # loop steps each puzzle took part in
-    vio = torch.zeros(B, dtype=torch.long, device=x.device)
-    snap = torch.zeros(B, dtype=torch.long, device=x.device)  # loop boards with any violation
-    trace = []  # (rows, boards, commits) per forward, only when recording
-    rows = torch.arange(B, device=x.device)  # the batch rows the next forward runs on
-    h = None  # relay state of `rows`; None = 0 at the first step
-    for _ in range(max_steps):
-        cur = x[rows]
-        cand = cur == MASK
-        live = cand.any(1)
-        n_live = int(live.sum())  # the one host sync per step
-        if n_live == 0:
-            break
-        if early_exit and n_live < len(rows):
-            # finished puzzles leave the batch: no forward pass is spent on them (their h goes too)
-            rows, cur, cand = rows[live], cur[live], cand[live]
-            h = h[live] if h is not None else None
-            live = live[live]
-        logits, h_out = model(cur, h if carry else None)
-        commit = confidence_unmask(logits.float(), cand, tau)
-        cur = torch.where(commit, logits.argmax(-1), cur)
-        x[rows] = cur
-        h = h_out
-        steps[rows[live]] += 1
-        v = count_violations(cur[live])
-        vio[rows[live]] += v
-        snap[rows[live]] += v > 0
-        if record:
-            trace.append((rows[live].cpu(), cur[live].cpu(), commit[live].cpu()))
-    nfe = steps.clone()
-    left = (x[rows] == MASK).any(1)
-    if bool(left.any()):
-        # max_steps reached: one final forward fills every remaining [MASK] (the paper's final_step)
-        if early_exit:
-            rows, h = rows[left], (h[left] if h is not None else None)
-            left = left[left]
-        cur = x[rows]
-        logits, _ = model(cur, h if carry else None)
-        commit = (cur == MASK) & left[:, None]
-        cur = torch.where(commit, logits.argmax(-1), cur)
-        x[rows] = cur
-        nfe[rows[left]] += 1
-        vio[rows[left]] += count_violations(cur[left])
-        if record:
-            trace.append((rows[left].cpu(), cur[left].cpu(), commit[left].cpu()))
-    return steps, nfe, vio, snap, trace
 
 
 def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
@@ -177,38 +119,28 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
         raise ValueError(f"tau must be >= 0, got {tau}")
     if max_steps < 1 or batch_size < 1:
         raise ValueError(f"max_steps and batch_size must be >= 1, got {max_steps} and {batch_size}")
-    device = _device_of(model, questions.device)
-    carry = relay_carry and bool(getattr(getattr(model, "config", None), "relay", False))
-    # bf16 autocast on CUDA as in the authors' evaluation; fp32 on CPU keeps decoding exactly reproducible
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    questions = questions.cpu()  # results live on the CPU; batches go to the model's device one by one
     N = questions.size(0)
-    pred = questions.clone().long()
-    nfe, batch_nfe, vio, snap, steps_all = (torch.zeros(N, dtype=torch.long) for _ in range(5))
+    device = device_of(model, questions.device)
+    vio, snap, steps = (torch.zeros(N, dtype=torch.long, device=device) for _ in range(3))
     boards = [[] for _ in range(N)] if record_boards else None
     commits = [[] for _ in range(N)] if record_boards else None
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(), amp:
-            starts = range(0, N, batch_size)
-            # disable=None: the bar shows only on a terminal, so logs of driver scripts stay clean
-            bar = tqdm(starts, desc=f"decode tau={tau:g}", unit="batch", disable=None if progress else True, leave=False)
-            for s in bar:
-                x = pred[s:s + batch_size].to(device)
-                steps, n, v, sn, trace = _decode_batch(model, x, tau, max_steps, carry, early_exit, record_boards)
-                pred[s:s + batch_size] = x.cpu()
-                nfe[s:s + batch_size] = n.cpu()
-                vio[s:s + batch_size] = v.cpu()
-                snap[s:s + batch_size] = sn.cpu()
-                steps_all[s:s + batch_size] = steps.cpu()
-                batch_nfe[s:s + batch_size] = 1 + int(steps.max())  # loop iterations + the final forward
-                for rows, b, c in trace:
-                    for i, r in enumerate(rows.tolist()):
-                        boards[s + r].append(b[i])
-                        commits[s + r].append(c[i])
-    finally:
-        model.train(was_training)
+
+    def on_step(step: int, rows: torch.Tensor, board: torch.Tensor, commit: torch.Tensor) -> None:
+        bad = count_violations(board)
+        vio.index_add_(0, rows, bad)  # summed over the boards after each forward
+        if step < max_steps:  # a loop forward; the final fill (step == max_steps) is the final snapshot below
+            snap.index_add_(0, rows, (bad > 0).long())
+            steps.index_add_(0, rows, torch.ones_like(rows))
+        if record_boards:
+            board, commit = board.cpu(), commit.cpu()
+            for i, r in enumerate(rows.tolist()):
+                boards[r].append(board[i])
+                commits[r].append(commit[i])
+
+    pred, nfe, batch_nfe = decode_boards(model, questions, tau, max_steps, batch_size, relay_carry, early_exit,
+                                         on_step=on_step, progress=progress)
+    vio, snap, steps = vio.cpu(), snap.cpu(), steps.cpu()
+    questions = questions.cpu()
     # cells actually filled per forward (a committed argmax of [MASK] leaves the cell open for later)
     n_filled = ((questions == MASK) & (pred != MASK)).sum(1).float()
     cells_per_step = torch.where(nfe > 0, n_filled / nfe.clamp(min=1), torch.zeros_like(n_filled))
@@ -218,11 +150,11 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
         commits = [torch.stack(c) if c else empty.bool() for c in commits]
     # the authors' snapshots: the initial board, the loop boards (counted above), the final-fill board
     snap += (count_violations(questions) > 0).long() + (count_violations(pred) > 0).long()
-    return DecodeResult(pred, nfe, batch_nfe, vio, cells_per_step, boards, commits, snap, steps_all + 1)
+    return DecodeResult(pred, nfe, batch_nfe, vio, cells_per_step, boards, commits, snap, steps + 1)
 
 
 # -----------------------------------------------------------------------------
-# metrics (design note sudoku.md 6)
+# metrics (definitions and their match with the paper: docs/sudoku_metrics.md)
 
 def tau_key(tau: float) -> str:
     return f"{tau:.2f}"

@@ -37,7 +37,7 @@ from checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from model import ModelConfig, SudokuTransformer
 from relay import RolloutBuffer, mlm_loss, mlm_masking, rollout_loss, threshold_policy
-from sample import decode
+from sudoku_decode import decode_boards
 from sudoku import MASK
 
 OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
@@ -458,10 +458,10 @@ class BatchOrder:
 
 @torch.no_grad()
 def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.Tensor, cfg: TrainConfig) -> dict:
-    """Exact match and NFE of confidence decoding at eval_tau (design note 4.1)."""
-    res = decode(model, questions.long(), tau=cfg.eval_tau, max_steps=cfg.eval_max_steps,
-                 batch_size=cfg.eval_batch_size, relay_carry=True)
-    pred, nfe, batch_nfe = res.pred, res.nfe.float(), res.batch_nfe.float()
+    """Exact match and NFE of confidence decoding at eval_tau (sudoku_decode.decode_boards)."""
+    pred, nfe, batch_nfe = decode_boards(model, questions.long(), tau=cfg.eval_tau, max_steps=cfg.eval_max_steps,
+                                         batch_size=cfg.eval_batch_size, relay_carry=True)
+    nfe, batch_nfe = nfe.float(), batch_nfe.float()
     right, blank = pred.cpu() == answers.long(), questions == MASK
     exact = right.all(1).float().mean().item()
     # blanks filled correctly, per puzzle then averaged: moves long before exact match does
@@ -724,9 +724,9 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         x0 = x0_all[rows].long()
         maskable = q_all[rows] == MASK  # clues are the given cells
         if cfg.objective == "mlm":
-            masked = mlm_masking(~maskable, gen)[mine]  # drawn for the global batch: identical under DDP
-            loss = mlm_loss(step_fn, x0[mine].to(device), (~maskable[mine]).to(device), masked.to(device),
-                            reduce_count=reduce)
+            masked = mlm_masking(maskable=maskable, generator=gen)[mine]  # drawn for the global batch: identical under DDP
+            loss = mlm_loss(step_fn, x0[mine].to(device), maskable=maskable[mine].to(device), mask_id=MASK,
+                            masked=masked.to(device), reduce_count=reduce)
         else:
             new_acc += buffer.refill(x0[mine].to(device), maskable[mine].to(device), gen)
             if variant != "rollout" and buffer.h is None:

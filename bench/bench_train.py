@@ -72,7 +72,7 @@ def bench(cfg: BenchConfig, objective: str, device: str, amp) -> float:
 
     def one_step() -> None:
         if objective == "mlm":
-            loss = mlm_loss(step_fn, x0, ~maskable)
+            loss = mlm_loss(step_fn, x0, maskable=maskable, mask_id=MASK)
         else:
             buffer.refill(x0, maskable)
             if relay and buffer.h is None:

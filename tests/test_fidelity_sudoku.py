@@ -245,7 +245,7 @@ def test_rollout_loss_by_hand_with_revealed_cells_k2():
     p = torch.tensor([[0.1, 0.9, 0.5, 0.25], [0.1, 0.8, 0.5, 0.25]])  # probability of the true digit
     step = FixedLogits(x0, p)
     # tau = 0.15 and every u = 1 - c >= 0.2: nothing qualifies, so each row commits its most confident cell
-    out = relay.rollout_loss(step, (z, x0, maskable, None), K=2, variant="rollout",
+    out = relay.rollout_loss(step, (z, x0, maskable, None), K=2, variant="rollout", mask_id=MASK,
                              policy=relay.threshold_policy(0.15, 0.0))
     ln = math.log
     # step 1: row 0 scores cells 2, 3; row 1 cells 1, 2, 3 -> one mean over 5 tokens; commits (0,2), (1,1)

@@ -1,9 +1,12 @@
+import textwrap
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from model import ModelConfig, SudokuTransformer
-from relay import (MASK, RelayLayerNorm, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
+from sudoku import MASK
+from relay import (RelayLayerNorm, check_step_fn, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
                    mlm_loss, mlm_masking, rollout_loss, threshold_policy)
 
 V = 17
@@ -19,7 +22,7 @@ def logits_with_confidence(conf: torch.Tensor, top: int = 9) -> torch.Tensor:
 
 
 def reference_confidence_unmask(logits, candidates, tau):
-    """Row-by-row loop version of design note 4.1, written independently of the vectorised one."""
+    """Row-by-row loop version of the confidence rule, written independently of the vectorised one."""
     conf = logits.float().softmax(-1).amax(-1)
     out = torch.zeros_like(candidates)
     for b in range(len(conf)):
@@ -113,7 +116,7 @@ def test_masked_ce_token_mean_and_ddp_normalisation():
 def test_mlm_masking_and_loss():
     g = torch.Generator().manual_seed(0)
     clues = torch.rand(2000, 81, generator=g) < 0.4
-    masked = mlm_masking(clues, g)
+    masked = mlm_masking(maskable=~clues, generator=g)
     assert not (masked & clues).any()
     frac = masked.sum(1).float() / (~clues).sum(1).float()
     assert 0.45 < frac.mean() < 0.55 and frac.std() > 0.2  # t ~ U(0,1) per puzzle: mean 1/2, wide spread
@@ -121,7 +124,7 @@ def test_mlm_masking_and_loss():
     model = SudokuTransformer(ModelConfig(**SMALL))
     x0 = torch.randint(8, 17, (4, 81), generator=g)
     clues, masked = clues[:4], masked[:4]
-    loss = mlm_loss(model, x0, clues, masked=masked)
+    loss = mlm_loss(model, x0, maskable=~clues, mask_id=MASK, masked=masked)
     logits, _ = model(torch.where(masked, MASK, x0))
     torch.testing.assert_close(loss, F.cross_entropy(logits[masked], x0[masked]))  # no 1/t weight
 
@@ -150,7 +153,7 @@ def test_k1_rollout_loss_equals_masked_ce_of_one_forward():
     model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
     x0, maskable = puzzle_batch()
     z = torch.where(maskable, MASK, x0)
-    out = rollout_loss(model, (z, x0, maskable, None), K=1, variant="relay")
+    out = rollout_loss(model, (z, x0, maskable, None), K=1, variant="relay", mask_id=MASK)
     logits, _ = model(z)
     torch.testing.assert_close(out.loss, F.cross_entropy(logits[maskable], x0[maskable]))
 
@@ -164,7 +167,7 @@ def test_gradient_paths_across_steps(variant):
     x0, maskable = puzzle_batch()
     rec = Recorder(model)
     z = torch.where(maskable, MASK, x0)
-    rollout_loss(rec, (z, x0, maskable, h0 if variant != "rollout" else None), K=2, variant=variant)
+    rollout_loss(rec, (z, x0, maskable, h0 if variant != "rollout" else None), K=2, variant=variant, mask_id=MASK)
     (z1, h1_in, _, h1_out), (z2, h2_in, logits2, _) = rec.calls
     loss2 = masked_ce(logits2, x0, (z2 == MASK) & maskable)
     assert h1_in is None or not h1_in.requires_grad  # the stored state never carries a graph
@@ -196,7 +199,7 @@ def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces():
     torch.manual_seed(0)
     model = SudokuTransformer(ModelConfig(**SMALL, relay=True)).eval()
     x0, maskable = puzzle_batch()
-    buf = RolloutBuffer(8)
+    buf = RolloutBuffer(8, MASK)
     buf.refill(x0, maskable)
     prev = buf.z.clone()
     for _ in range(41):  # <= 81 cells, >= 2 per window
@@ -215,7 +218,7 @@ def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces():
 
 def test_buffer_refills_only_finished_slots():
     x0, maskable = puzzle_batch(B=6, seed=0)
-    buf = RolloutBuffer(6)
+    buf = RolloutBuffer(6, MASK)
     assert buf.refill(x0, maskable) == 6
     assert torch.equal(buf.z, torch.where(maskable, MASK, x0))  # cold: every maskable cell masked
     buf.h = torch.randn(6, 81, 4)
@@ -230,14 +233,14 @@ def test_buffer_refills_only_finished_slots():
     assert torch.equal(buf.z[keep], z_before[keep]) and torch.equal(buf.h[keep], h_before[keep])
     assert buf.refill(new_x0, new_maskable) == 0
     state = {k: v.clone() for k, v in buf.state_dict().items()}
-    other = RolloutBuffer(6)
+    other = RolloutBuffer(6, MASK)
     other.load_state_dict(state)
     assert other.finished().tolist() == buf.finished().tolist() and torch.equal(other.h, buf.h)
 
 
 def test_staggered_buffer_starts_at_random_points():
     x0, maskable = puzzle_batch(B=64)
-    buf = RolloutBuffer(64, init="staggered")
+    buf = RolloutBuffer(64, MASK, init="staggered")
     buf.refill(x0, maskable, torch.Generator().manual_seed(0))
     masked = buf.z == MASK
     assert not (masked & ~maskable).any()
@@ -246,7 +249,7 @@ def test_staggered_buffer_starts_at_random_points():
     frac = masked.sum(1).float() / maskable.sum(1).float()
     assert frac.std() > 0.15 and 0.3 < frac.mean() < 0.7
     with pytest.raises(ValueError, match="cold"):
-        RolloutBuffer(4, init="warm")
+        RolloutBuffer(4, MASK, init="warm")
 
 
 def test_relay_layernorm_zero_init():
@@ -258,11 +261,11 @@ def test_relay_layernorm_zero_init():
 def test_rollout_loss_input_errors():
     x0, maskable = puzzle_batch()
     with pytest.raises(ValueError, match="variant"):
-        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), variant="relay2")
+        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), variant="relay2", mask_id=MASK)
     with pytest.raises(ValueError, match="empty"):
-        rollout_loss(lambda z, h: None, RolloutBuffer(4))
+        rollout_loss(lambda z, h: None, RolloutBuffer(4, MASK))
     with pytest.raises(ValueError, match="K must"):
-        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), K=0)
+        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), K=0, mask_id=MASK)
 
 
 def test_masked_ce_large_vocabulary_path_agrees():
@@ -273,3 +276,145 @@ def test_masked_ce_large_vocabulary_path_agrees():
     small = masked_ce(logits[..., :17], x0 % 17, mask)  # the mask-weighted path
     torch.testing.assert_close(small, F.cross_entropy(logits[..., :17][mask], (x0 % 17)[mask]))
     torch.testing.assert_close(masked_ce(logits, x0, mask), F.cross_entropy(logits[mask], x0[mask]))
+
+
+# ----------------------------------------------------------------------------- traps a user of relay.py falls into
+
+class ToyMDM(torch.nn.Module):
+    """A torch-only MDM (embedding, one linear layer, head) with a learned-looking relay (beta != 0)."""
+
+    def __init__(self, V=6, d=8, skip_relay_when_none=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.body, self.head = torch.nn.Embedding(V, d), torch.nn.Linear(d, d), torch.nn.Linear(d, V)
+        self.relay_norm = RelayLayerNorm(d)
+        torch.nn.init.normal_(self.relay_norm.bias)
+        self.skip = skip_relay_when_none
+
+    def forward(self, tokens, h=None, row_id=None):
+        x = self.emb(tokens)
+        if h is not None or not self.skip:
+            x = x + self.relay_norm(torch.zeros_like(x) if h is None else h)
+        h_out = torch.tanh(self.body(x))
+        return self.head(h_out), h_out
+
+
+def test_mask_id_is_required_and_buffer_and_loss_must_agree():
+    """Trap: mask_id defaulted to Sudoku's 2 in three places; a buffer and a loss that disagree gave
+    loss 0 and n_masked 0. Checked: fails if RolloutBuffer/mlm_loss get a default mask_id again, or if
+    rollout_loss stops comparing its mask_id with the buffer's."""
+    x0 = torch.randint(0, 5, (4, 9))
+    maskable = torch.rand(4, 9, generator=torch.Generator().manual_seed(0)) < 0.5
+    with pytest.raises(TypeError):
+        RolloutBuffer(4)
+    with pytest.raises(TypeError):
+        mlm_loss(ToyMDM(), x0, maskable=maskable)
+    buf = RolloutBuffer(4, mask_id=5)
+    buf.refill(x0, maskable)
+    with pytest.raises(ValueError, match="buffer uses mask_id=5"):
+        rollout_loss(ToyMDM(), buf, mask_id=2)
+    out = rollout_loss(ToyMDM(), buf, K=1)  # taken from the buffer
+    assert out.n_masked[0] == maskable.sum()
+    with pytest.raises(ValueError, match="pass mask_id"):
+        rollout_loss(ToyMDM(), (x0, x0, maskable, None))
+    with pytest.raises(ValueError, match="holds mask_id"):  # a real symbol used as the mask id
+        RolloutBuffer(4, mask_id=int(x0[maskable][0])).refill(x0, maskable)
+
+
+def test_one_convention_for_cells_to_fill():
+    """Trap: mlm_loss took clues (given cells) and refill took maskable (cells to fill), so one tensor
+    passed to both masked the clues. Checked: fails if mlm_loss/mlm_masking accept the mask positionally
+    again (an old clues call would run silently inverted) or mask outside maskable."""
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(0, 5, (64, 9), generator=g)
+    maskable = torch.rand(64, 9, generator=g) < 0.5
+    with pytest.raises(TypeError):
+        mlm_loss(ToyMDM(), x0, ~maskable, mask_id=5)
+    with pytest.raises(TypeError):
+        mlm_masking(~maskable)
+    masked = mlm_masking(maskable=maskable, generator=g)
+    assert masked.any() and not (masked & ~maskable).any()
+    buf = RolloutBuffer(64, mask_id=5)
+    buf.refill(x0, maskable)
+    assert torch.equal(buf.z == 5, maskable)  # the same tensor means the same cells in both
+    with pytest.raises(ValueError, match="only maskable"):
+        mlm_loss(ToyMDM(), x0, maskable=maskable, mask_id=5, masked=~maskable)
+
+
+def test_docstring_example_follows_the_h_none_contract():
+    """Trap: the example skipped R(h) when h is None, so with beta != 0 a fresh buffer (None) and a
+    refilled slot (zeros) started differently. Runs the module docstring's example class on a toy
+    backbone with beta != 0. Checked: fails when the example is edited to `if h is not None: x += R(h)`,
+    and check_step_fn rejects a step_fn that does so."""
+    import relay
+    doc = relay.__doc__
+    code = doc[doc.index("    class MyRelayMDM"):doc.index("    model = MyRelayMDM")]
+    ns = {"nn": torch.nn, "torch": torch, "RelayLayerNorm": RelayLayerNorm}
+    exec(textwrap.dedent(code), ns)
+    toy = ToyMDM()
+    backbone = torch.nn.Module()
+    backbone.embed, backbone.layers, backbone.head = toy.emb, torch.nn.Sequential(toy.body, torch.nn.Tanh()), toy.head
+    model = ns["MyRelayMDM"](backbone, 8)
+    torch.nn.init.normal_(model.relay_norm.bias)  # as after training: R(0) = beta != 0
+    tokens = torch.randint(0, 6, (3, 5))
+    check_step_fn(model, tokens, d=8)
+    with pytest.raises(ValueError, match="h=None and h=zeros"):
+        check_step_fn(ToyMDM(skip_relay_when_none=True), tokens, d=8)
+
+
+def test_wrong_relay_state_and_step_outputs_are_errors():
+    """Trap: a wrong dtype/shape of h was used silently (broadcast or cast). Checked: fails if
+    _check_state is removed from rollout_loss or from the step-output check."""
+    x0 = torch.randint(0, 5, (2, 9))
+    maskable = torch.ones(2, 9, dtype=torch.bool)
+    z = torch.full_like(x0, 5)
+    for bad in (torch.zeros(2, 9), torch.zeros(2, 9, 8, dtype=torch.long), torch.zeros(1, 9, 8)):
+        with pytest.raises(ValueError, match="relay state"):
+            rollout_loss(ToyMDM(), (z, x0, maskable, bad), mask_id=5)
+    with pytest.raises(ValueError, match="h_out"):
+        rollout_loss(lambda t, h: (ToyMDM()(t)[0], None), (z, x0, maskable, None), mask_id=5)
+    with pytest.raises(ValueError, match="h_out"):
+        rollout_loss(lambda t, h: (ToyMDM()(t)[0], torch.zeros(2, 8)), (z, x0, maskable, None), mask_id=5)
+
+
+def test_buffer_extras_reach_step_fn_in_the_rows_order():
+    """Trap: per-row extras (e.g. attention_mask) had no way into step_fn, and refill reorders rows.
+    Here each row's extra is its id, also written into its tokens; step_fn checks they match after
+    refills that put new rows into scattered slots. Checked: fails when refill copies the extras
+    without the slot reordering (`extras[k][:size]`)."""
+    seen = []
+
+    def step_fn(tokens, h, row_id):
+        assert torch.equal(tokens[:, 0], row_id % 5), "extras row order differs from the tokens'"
+        seen.append(row_id.clone())
+        return ToyMDM()(tokens, h)
+
+    g = torch.Generator().manual_seed(0)
+    buf = RolloutBuffer(4, mask_id=5)
+    for start in range(0, 40, 8):
+        row_id = torch.arange(start, start + 8)
+        x0 = torch.randint(0, 5, (8, 9), generator=g)
+        x0[:, 0] = row_id % 5
+        maskable = torch.rand(8, 9, generator=g) < 0.6
+        maskable[:, 0] = False
+        maskable[torch.arange(8), 1 + torch.arange(8) % 8] = True
+        buf.refill(x0, maskable, extras={"row_id": row_id})
+        rollout_loss(step_fn, buf, K=2, variant="relay", policy=threshold_policy(0.3, 0.0))
+    assert len(torch.cat(seen).unique()) > 8  # rows of several refills went through
+    with pytest.raises(ValueError, match="extras"):
+        buf.refill(x0, maskable)  # the buffer holds extras: a refill without them is an error
+
+
+def test_relay_py_is_self_contained():
+    """Trap: docstrings cited files a user lacks (design notes, LaTeX labels). Checked: fails on the
+    old relay.py (\"design note sudoku.md 4.1\", \"Eq. relay_recurrence\") and if relay.py imports
+    anything beyond torch and the standard library."""
+    import ast
+    import relay
+    text = open(relay.__file__).read()
+    for banned in ("design note", ".md", "relay_recurrence", "relay_two_step", "eq:", "sudoku.py", "issue"):
+        assert banned not in text, f"relay.py mentions {banned!r}"
+    modules = {n.module if isinstance(n, ast.ImportFrom) else a.name
+               for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in (n.names if isinstance(n, ast.Import) else [None])}
+    assert {m.split(".")[0] for m in modules} <= {"torch", "dataclasses", "typing"}, modules

@@ -90,7 +90,8 @@ def hashed_model():
 def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max_steps):
     """Per puzzle, decode's count equals violating_snapshots([question, boards after each loop forward,
     final board]), also when max_steps cuts the loop and the final forward fills the rest.
-    Catches: the in-loop count drifting from the definition (e.g. counting the final-fill board twice)."""
+    Catches: the in-loop count drifting from the definition (e.g. counting the final-fill board twice, or
+    counting the final-fill forward as a loop step: tried when merging the decode loop into relay.decode)."""
     rng = np.random.default_rng(3)
     qs = []
     for _ in range(6):
@@ -100,10 +101,11 @@ def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max
     q = torch.tensor(np.array(qs))
     res = sample.decode(hashed_model(), q, tau=0.3, max_steps=max_steps, batch_size=4, record_boards=True)
     for i in range(len(q)):
-        loop_boards = res.boards[i][: res.batch1_nfe[i] - 1]
+        loop_boards = res.boards[i][:max_steps]  # the final-fill board, if any, comes after max_steps loop boards
         trajectory = torch.cat([q[i:i + 1], loop_boards, res.pred[i:i + 1]])
         assert res.violating_snapshots[i] == sample.violating_snapshots(trajectory), i
     assert res.violating_snapshots.sum() > 0
+    assert (res.batch1_nfe == res.nfe.clamp(max=max_steps) + 1).all()  # own loop steps + 1 final forward
     if max_steps == 3:
         assert (res.nfe == 4).any()  # some puzzles needed the final fill
 
