@@ -221,11 +221,8 @@ def _initial(digits) -> list[int] | None:
     return cand
 
 
-def _search(cand: list[int], limit: int, out: list, stats: list[int]) -> int:
-    """Count solutions of a propagated state up to `limit`; appends found solutions to `out`.
-
-    stats[0] counts backtracks (guesses that led to a contradiction).
-    """
+def _branch_cell(cand: list[int]) -> int:
+    """The open cell with the fewest candidates (the first with two, if any), or -1 when all are single."""
     best, best_n = -1, 10
     for i in range(N_CELLS):
         n = _POPCOUNT[cand[i]]
@@ -233,6 +230,15 @@ def _search(cand: list[int], limit: int, out: list, stats: list[int]) -> int:
             best, best_n = i, n
             if n == 2:
                 break
+    return best
+
+
+def _search(cand: list[int], limit: int, out: list, stats: list[int]) -> int:
+    """Count solutions of a propagated state up to `limit`; appends found solutions to `out`.
+
+    stats[0] counts backtracks (guesses that led to a contradiction).
+    """
+    best = _branch_cell(cand)
     if best < 0:  # every cell single and consistent: a solution
         out.append(cand)
         return 1
@@ -325,13 +331,7 @@ def random_grid(rng: np.random.Generator) -> np.ndarray:
 
 def _random_completion(cand: list[int], rng: np.random.Generator) -> list[int] | None:
     """First completion of a propagated state, trying each branch's candidates in a fresh random order."""
-    best, best_n = -1, 10
-    for i in range(N_CELLS):
-        n = _POPCOUNT[cand[i]]
-        if 1 < n < best_n:
-            best, best_n = i, n
-            if n == 2:
-                break
+    best = _branch_cell(cand)
     if best < 0:
         return cand
     bits = [b for b in _BITS if cand[best] & b]
