@@ -534,7 +534,7 @@ def load_results(spec: str, args: argparse.Namespace) -> tuple[list[dict], dict 
             found = saved["checkpoints"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise SystemExit(f"--results {path}: not a sample.py --out file ({type(e).__name__})") from None
-        for key in ("data", "n", "max_steps", "ema", "relay_carry"):
+        for key in ("data", "n", "max_steps", "batch_size", "ema", "relay_carry"):  # batch_nfe depends on batch_size
             if key in saved and saved[key] != getattr(args, key):
                 raise SystemExit(f"--results {path}: computed with {key}={saved[key]!r} but this run has "
                                  f"{key}={getattr(args, key)!r}; results from different settings do not compare")

@@ -382,8 +382,10 @@ def test_cli_merges_earlier_results_without_decoding_again(tmp_path, capsys):
     assert "| MLM | untied | 2 |" in out and "| Relay | untied | 2 |" in out and (tmp_path / "p.png").exists()
     with pytest.raises(SystemExit, match="n=4 but this run has n=3"):
         sample.main([f"--results={merged}", f"--data={data}", "--n=3", "--taus=0.05,0.15"])
+    with pytest.raises(SystemExit, match="batch_size=3 but this run has batch_size=512"):
+        sample.main([f"--results={merged}", *common[:2], "--taus=0.05,0.15"])  # batch_nfe depends on the batch
     with pytest.raises(SystemExit, match="no results at τ = 0.25"):
-        sample.main([f"--results={merged}", *common[:2], "--taus=0.15,0.25"])
+        sample.main([f"--results={merged}", *common[:2], "--taus=0.15,0.25", "--batch_size=3"])
     with pytest.raises(SystemExit, match="give --ckpt"):
         sample.main(["--table"])
     with pytest.raises(SystemExit, match="--dump need --ckpt"):
