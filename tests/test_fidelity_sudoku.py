@@ -19,6 +19,7 @@ import torch.nn as nn
 
 import relay
 import train_sudoku as ts
+from test_train_sudoku import random_grids
 from configurator import load_config
 from model import ModelConfig, SudokuTransformer
 from sudoku import DIGIT0, MASK, digits_to_tokens
@@ -261,15 +262,7 @@ def test_rollout_loss_by_hand_with_revealed_cells_k2():
 
 def fixed_clue_puzzles(n: int, n_clues: int, seed: int) -> types.SimpleNamespace:
     """Puzzles whose clues are always the first n_clues cells (valid grids from a shuffled pattern)."""
-    rng = np.random.default_rng(seed)
-    r = np.arange(9)
-    base = (r[:, None] * 3 + r[:, None] // 3 + r[None, :]) % 9
-    grids = []
-    for _ in range(n):
-        rows = np.concatenate([b * 3 + rng.permutation(3) for b in rng.permutation(3)])
-        cols = np.concatenate([b * 3 + rng.permutation(3) for b in rng.permutation(3)])
-        grids.append((rng.permutation(9) + 1)[base[rows][:, cols]].reshape(81))
-    solution = np.stack(grids)
+    solution = random_grids(n, np.random.default_rng(seed))
     question = solution.copy()
     question[:, n_clues:] = 0
     return types.SimpleNamespace(question=digits_to_tokens(question), answer=digits_to_tokens(solution))
