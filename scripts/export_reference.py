@@ -1,0 +1,41 @@
+"""Export a Sudoku run's EMA weights as a small safetensors file (the quick start's reference models).
+
+    python scripts/export_reference.py --ckpt=runs/budget_clean/relay_cold_s1 --out=reference/relay.safetensors
+
+Writes only what decoding needs: the EMA weights (fp32, what the run's own validation used), the
+model config, the run's config and the step it stopped at. model.load_model reads the file like a
+run directory, so sample.py --ckpt=reference/relay.safetensors works too.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checkpoint import CheckpointError, load_checkpoint  # noqa: E402
+from model import load_model, save_weights  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--ckpt", required=True, help="a train_sudoku.py out_dir or its ckpt.pt")
+    p.add_argument("--out", required=True, help="the .safetensors file to write")
+    args = p.parse_args(argv)
+    if not args.out.endswith(".safetensors"):
+        raise SystemExit(f"--out {args.out}: give a path ending in .safetensors")
+    path = os.path.join(args.ckpt, "ckpt.pt") if os.path.isdir(args.ckpt) else args.ckpt
+    try:
+        ckpt = load_checkpoint(path, map_location="cpu", required=("model", "model_config", "step"))
+        if ckpt.get("ema") is None:
+            raise SystemExit(f"--ckpt {args.ckpt}: the run kept no EMA weights (ema_decay=0); nothing to export")
+        model, config = load_model(path, ema=True)
+    except (CheckpointError, ValueError, OSError) as e:
+        raise SystemExit(f"--ckpt {args.ckpt}: {str(e).strip().splitlines()[0]}") from None
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    save_weights(model, args.out, {"config": json.dumps(config), "step": str(ckpt["step"]), "weights": "ema"})
+    print(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB): {config.get('objective')} at step "
+          f"{ckpt['step']}, EMA weights")
+
+
+if __name__ == "__main__":
+    main()
