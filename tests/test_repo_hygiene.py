@@ -5,7 +5,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # internal design notes, the tracker, and paths outside the repository
-BANNED = re.compile(r"design note|sudoku\.md|fastdllm_v2\.md|shared/design|\.\./shared|\bissue \d+", re.IGNORECASE)
+BANNED = re.compile(r"design note|sudoku\.md|fastdllm_v2\.md|environment\.md|style\.md|shared/design|\.\./shared|\bissue \d+", re.IGNORECASE)
 
 
 def test_no_file_cites_internal_notes_or_issue_numbers():
