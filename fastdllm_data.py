@@ -1,8 +1,8 @@
 """SFT data for the Fast-dLLM v2 adaptation: the c40m60 code/math mixture and ChatML tokenisation.
 
-    python prepare_data.py --task=sft                         # c40m60 from the hub (24k code + 36k math)
-    python prepare_data.py --task=sft --source=my_data.jsonl  # your own {prompt, answer} or {messages} rows
-    python prepare_data.py --task=sft --source=toy --tokenizer=tiny --out_dir=data/sft_toy  # CPU smoke data
+    python fastdllm_data.py                                                      # c40m60 from the hub (24k code + 36k math)
+    python fastdllm_data.py --source=my_data.jsonl                               # your own {prompt, answer} or {messages} rows
+    python fastdllm_data.py --source=toy --tokenizer=tiny --out_dir=data/sft_toy  # CPU smoke data
 
 Writes <out_dir>/train.jsonl (one {"messages": [...], "source": ..., "tokenized_chat_len": n} per line)
 and <out_dir>/prep_summary.json. train_fastdllm.py tokenises train.jsonl with the model's own
@@ -246,7 +246,7 @@ def load_tokenizer(name: str):
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="prepare_data.py --task=sft", description="Build the Fast-dLLM v2 SFT data.")
+    p = argparse.ArgumentParser(description="Build the Fast-dLLM v2 SFT data.")
     p.add_argument("--out_dir", default="data/sft")
     p.add_argument("--source", default="hub", help="hub (c40m60 mixture) | toy | path to a JSONL of {messages} or {prompt, answer}")
     p.add_argument("--tokenizer", default=HUB_ID, help="tokenizer for the length filter (hub id, local dir, or tiny)")
@@ -282,9 +282,9 @@ def main(argv: list[str] | None = None) -> None:
                     rows.append({"messages": msgs, "source": args.source if args.source == "toy" else "local", "tokenized_chat_len": n})
             summary = {"rows": len(rows), "max_tokens": args.max_tokens, "stats": stats}
     except (ValueError, OSError) as e:
-        raise SystemExit(f"prepare_data.py --task=sft: {e}")
+        raise SystemExit(f"fastdllm_data.py: {e}")
     if not rows:
-        raise SystemExit("prepare_data.py --task=sft: no rows left after filtering")
+        raise SystemExit("fastdllm_data.py: no rows left after filtering")
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "train.jsonl"), "w") as f:
         for r in rows:

@@ -1,6 +1,6 @@
 """Adapt Fast-dLLM v2 with vanilla SFT, Rollout, Relay (sg) or Relay (paper Sec. 4.2, Table 2).
 
-Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from prepare_data.py --task=sft):
+Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from fastdllm_data.py):
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py --resume=True
 Tiny random Qwen2 on CPU (2 gloo processes; DeepSpeed's CPU accelerator runs ZeRO-3 here too):
@@ -45,7 +45,7 @@ class Config:
     # I/O
     out_dir: str = "out/fastdllm"
     init_from: str = HUB_ID  # checkpoint dir, hub id, or "tiny" (random 2-layer Qwen2, CPU tests)
-    data: str = "data/sft/train.jsonl"  # prepare_data.py --task=sft output, or "toy" (synthetic chats)
+    data: str = "data/sft/train.jsonl"  # fastdllm_data.py output, or "toy" (synthetic chats)
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     save_interval: int = 200  # optimizer steps between checkpoints (the paper reports checkpoint-200); 0 = end only
     log_interval: int = 1
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
         raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
     if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python prepare_data.py --task=sft` first (or --data=toy)")
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
     device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     use_ds = bool(cfg.deepspeed)
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         convs = toy_conversations(512, seed=0) if cfg.data == "toy" else read_jsonl(cfg.data)
     except FileNotFoundError:
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python prepare_data.py --task=sft` first (or --data=toy)")
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     rows = []

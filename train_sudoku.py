@@ -25,6 +25,7 @@ import re
 import socket
 import sys
 import time
+import types
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 
@@ -39,6 +40,7 @@ from model import ModelConfig, SudokuTransformer
 from relay import RolloutBuffer, mlm_loss, mlm_masking, rollout_loss, threshold_policy
 from sudoku_decode import decode_boards
 from sudoku import MASK
+import sudoku_data
 
 OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
 
@@ -370,8 +372,6 @@ def check_data(cfg: TrainConfig) -> None:
     allow_any_data=True lets the run start and says that it is not comparable with the paper.
     eval_puzzles above the size of the eval split: an error for a paper config, a notice otherwise.
     """
-    import pyarrow.parquet
-
     paper = cfg.paper_config and not cfg.allow_any_data
     hub = f"python prepare_data.py --source=hf --out_dir={cfg.data_dir}"
     say = print if int(os.environ.get("RANK", 0)) == 0 else (lambda *a: None)
@@ -393,16 +393,16 @@ def check_data(cfg: TrainConfig) -> None:
         say(f"notice: {cfg.data_dir} keeps only the first {key['n_train']:,} hub training puzzles (the paper used all)")
 
     def n_rows(split: str) -> int | None:
-        path = os.path.join(cfg.data_dir, f"{split}.parquet")
+        path = sudoku_data.split_path(cfg.data_dir, split)
         if not os.path.exists(path):
-            if paper:
+            if paper and not os.path.exists(os.path.join(cfg.data_dir, f"{split}.parquet")):
                 raise SystemExit(f"{path} not found: build the paper's data with `{hub}`")
-            return None  # load_split says what to run
+            return None  # load_split says what to run (also for data written by an older prepare_data.py)
         try:
-            return pyarrow.parquet.read_metadata(path).num_rows
-        except Exception as e:  # truncated or not parquet at all
+            return len(np.load(path, mmap_mode="r"))  # reads the header only
+        except (OSError, ValueError) as e:  # truncated or not an array file at all
             rebuild = hub if cfg.paper_config else f"python prepare_data.py --out_dir={cfg.data_dir}"
-            raise SystemExit(f"{path} is not a readable parquet file ({type(e).__name__}): rebuild it with "
+            raise SystemExit(f"{path} is not a readable array file ({type(e).__name__}): rebuild it with "
                              f"`{rebuild} --force`") from None
 
     n_rows("train")
@@ -416,17 +416,10 @@ def check_data(cfg: TrainConfig) -> None:
             f"{n_eval:,} puzzles: validating on all {n_eval:,}")
 
 
-def load_split(split: str, data_dir: str):
-    """The data engineer's loader: an object with .question / .answer int64 (N, 81) token arrays."""
-    hint = f"run `python prepare_data.py --out_dir={data_dir}` first"
-    try:
-        from prepare_data import load_puzzles
-    except ImportError:
-        raise SystemExit(f"cannot import prepare_data.load_puzzles: {hint}") from None
-    try:
-        return load_puzzles(split, data_dir)
-    except (FileNotFoundError, OSError) as e:
-        raise SystemExit(f"no Sudoku {split} data in {data_dir} ({e.__class__.__name__}): {hint}") from None
+def load_split(split: str, data_dir: str) -> types.SimpleNamespace:
+    """A prepared split (data_dir/{split}.npy, read in one call): .question / .answer (N, 81) uint8 token arrays."""
+    question, answer = sudoku_data.split_tokens(sudoku_data.load_split(split, data_dir))
+    return types.SimpleNamespace(question=question, answer=answer)
 
 
 def as_tensor(a) -> torch.Tensor:

@@ -2,7 +2,7 @@
 # Paper setting: Fast-dLLM v2 1.5B, c40m60 mixture, 2 GPUs (A100 80GB), DeepSpeed ZeRO-3, bf16,
 # gradient checkpointing, per-device batch 2, accumulation 16, lr 5e-6 cosine with 3% warmup,
 # clip 1.0, the reported model is checkpoint-200.
-#   python prepare_data.py --task=sft
+#   python fastdllm_data.py
 #   torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_rollout.py
 out_dir = "out/fastdllm_rollout"
 init_from = "Efficient-Large-Model/Fast_dLLM_v2_1.5B"

@@ -56,7 +56,7 @@ def budget_args(minutes: float | None, iters: int | None) -> list[str]:
 
 def ensure_data(data_dir: str, prepare: list[str]) -> None:
     """Build the Sudoku data with prepare_data.py unless data_dir already has the test split."""
-    if not os.path.exists(os.path.join(os.path.abspath(data_dir), "test.parquet")):
+    if not os.path.exists(os.path.join(os.path.abspath(data_dir), "test.npy")):
         sh([sys.executable, "prepare_data.py", f"--out_dir={os.path.abspath(data_dir)}", *prepare])
 
 

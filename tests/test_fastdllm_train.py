@@ -200,7 +200,7 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
     os.chdir(ROOT)
     with pytest.raises(SystemExit, match="objective must be one of"):
         _run(tmp_path, "--objective=mlm")
-    with pytest.raises(SystemExit, match="prepare_data.py --task=sft"):
+    with pytest.raises(SystemExit, match="python fastdllm_data.py"):
         _run(tmp_path, f"--data={tmp_path}/missing.jsonl")
     with pytest.raises(SystemExit, match="effective_batch"):
         _run(tmp_path, "--effective_batch=64")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import sudoku_data
 import train_sudoku as ts
 from configurator import load_config
 from model import SudokuTransformer, load_model
@@ -250,11 +251,10 @@ def test_bench_train_prints_a_row_per_objective(capsys):
 # ----------------------------------------------------------------------------- the Table 1 data guard
 
 def fake_data(path, source: str | None, rows: dict, n_train=None) -> str:
-    """A data directory as prepare_data.py leaves it: {split}.parquet and meta.json recording the source."""
-    import pandas as pd
+    """A data directory as prepare_data.py leaves it: {split}.npy and meta.json recording the source."""
     os.makedirs(path, exist_ok=True)
     for split, n in rows.items():
-        pd.DataFrame({"question": ["." * 81] * n, "answer": ["1" * 81] * n}).to_parquet(os.path.join(path, f"{split}.parquet"))
+        sudoku_data.save_split(sudoku_data.split_path(str(path), split), np.zeros((n, 81)), np.ones((n, 81)))
     if source is not None:
         with open(os.path.join(path, "meta.json"), "w") as f:
             json.dump({"key": {"source": source, "n_train": n_train}}, f)
@@ -314,16 +314,16 @@ def test_paper_config_on_hub_data(tmp_path, capsys):
 
 
 def test_malformed_data_is_a_one_line_error(tmp_path):
-    """A truncated / non-parquet split or a missing split of a paper config's data: one line, no traceback.
-    Catches: parquet read errors escaping as tracebacks (tried: the except clause removed)."""
+    """A truncated / non-array split or a missing split of a paper config's data: one line, no traceback.
+    Catches: read errors escaping as tracebacks (tried: the except clause removed)."""
     data = fake_data(tmp_path / "bad", "hf", {"train": 4, "val": 2, "test": 51_200})
-    with open(os.path.join(data, "test.parquet"), "w") as f:
-        f.write("not parquet")
-    with pytest.raises(SystemExit, match="not a readable parquet file") as e:
+    with open(os.path.join(data, "test.npy"), "w") as f:
+        f.write("not an array")
+    with pytest.raises(SystemExit, match="not a readable array file") as e:
         guard(PAPER_CONFIG, f"--data_dir={data}")
     assert "\n" not in str(e.value) and "--force" in str(e.value)
-    os.remove(os.path.join(data, "test.parquet"))
-    with pytest.raises(SystemExit, match="test.parquet not found.*--source=hf"):
+    os.remove(os.path.join(data, "test.npy"))
+    with pytest.raises(SystemExit, match="test.npy not found.*--source=hf"):
         guard(PAPER_CONFIG, f"--data_dir={data}")
 
 
@@ -335,13 +335,14 @@ def test_guard_reads_what_prepare_data_records(tmp_path, monkeypatch, capsys):
     source is recorded (tried: the guard reading meta["source"])."""
     import pandas as pd
     import prepare_data as P
+    from puzzle_files import digits_to_strings
     rng = np.random.default_rng(5)
     solution = random_grids(60, rng)
     question = solution.copy()
     for row in question:
         row[rng.permutation(81)[:8]] = 0
-    frame = pd.DataFrame({"source": "test", "question": P.digits_to_strings(question),
-                          "answer": P.digits_to_strings(solution), "rating": 0})
+    frame = pd.DataFrame({"source": "test", "question": digits_to_strings(question),
+                          "answer": digits_to_strings(solution), "rating": 0})
     hub = tmp_path / "hub"
     hub.mkdir()
     frame.iloc[:50].to_parquet(hub / "train.parquet", index=False)
