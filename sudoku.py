@@ -113,26 +113,23 @@ def pretty_board(digits, highlight: set[int] | None = None) -> str:
 # -----------------------------------------------------------------------------
 # legality and violations
 
-def _is_tensor(x) -> bool:
-    torch = sys.modules.get("torch")  # a tensor implies torch is loaded; numpy callers never import it
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
 def count_violations_batch(digits: "np.ndarray | torch.Tensor") -> "np.ndarray | torch.Tensor":
     """(N, 81) digits -> (N,) sum over the 27 units of (#filled - #distinct filled); 0 is blank.
 
     The one violation count of the repository. A numpy array (checked to hold 0..9) gives a numpy
-    array; a torch tensor gives a tensor on its own device, with no value check, so that decoding
-    counts every step's boards without a host sync (map token ids to digits first).
+    array; a torch tensor gives a tensor on its own device and is not value-checked (that would copy
+    every decoding step's boards to the host; map token ids to digits first).
     """
-    if _is_tensor(digits):
+    torch = sys.modules.get("torch")  # a tensor implies torch is loaded; numpy callers never import it
+    if torch is not None and isinstance(digits, torch.Tensor):
         if digits.dim() != 2 or digits.size(1) != N_CELLS:
             raise ValueError(f"count_violations_batch expects shape (N, 81), got {tuple(digits.shape)}")
+        units = digits[:, torch.as_tensor(UNITS, device=digits.device)]  # (N, 27, 9)
     else:
         digits = _as_board(digits)
         if digits.ndim != 2:
             raise ValueError(f"count_violations_batch expects shape (N, 81), got {digits.shape}")
-    units = digits[:, UNITS]  # (N, 27, 9)
+        units = digits[:, UNITS]  # (N, 27, 9)
     filled = (units > 0).sum(-1)
     distinct = sum((units == d).any(-1) for d in range(1, 10))
     return (filled - distinct).sum(-1)
