@@ -8,15 +8,21 @@ paper's code (xlm-core's SimpleSpaceTokenizer for numbers, 17 ids):
 Blank cells become [MASK] directly, so the ids that actually occur are 2 and 8..16.
 
 Besides the vocabulary this module holds parsing/printing, legality and violation
-counts (numpy, vectorised over leading dimensions), an exact solver and a puzzle
-generator. The solver keeps one 9-bit candidate mask per cell, propagates naked and
+counts (numpy, vectorised over leading dimensions; the batch count also takes torch
+tensors), an exact solver and a puzzle generator. The solver keeps one 9-bit candidate mask per cell, propagates naked and
 hidden singles, and searches depth-first on the cell with the fewest candidates; it
 is plain Python but fast enough to generate tens of thousands of minimal puzzles.
 
     from sudoku import parse_board, solve, pretty_board
     print(pretty_board(solve(parse_board("4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"))))
 """
+import sys
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only
+    import torch
 
 PAD, CLS, MASK, EOS, BOS, SEP, UNK = 0, 1, 2, 3, 4, 5, 6
 DIGIT0 = 7  # id of the digit '0'; digit d has id DIGIT0 + d
@@ -107,19 +113,26 @@ def pretty_board(digits, highlight: set[int] | None = None) -> str:
 # -----------------------------------------------------------------------------
 # legality and violations
 
-_POPCOUNT10 = np.array([bin(m).count("1") for m in range(1024)], dtype=np.int64)
+def count_violations_batch(digits: "np.ndarray | torch.Tensor") -> "np.ndarray | torch.Tensor":
+    """(N, 81) digits -> (N,) sum over the 27 units of (#filled - #distinct filled); 0 is blank.
 
-
-def count_violations_batch(digits: np.ndarray) -> np.ndarray:
-    """(N, 81) digits -> (N,) sum over the 27 units of (#filled - #distinct filled)."""
-    digits = _as_board(digits)
-    if digits.ndim != 2:
-        raise ValueError(f"count_violations_batch expects shape (N, 81), got {digits.shape}")
-    units = digits.astype(np.int16)[:, UNITS]  # (N, 27, 9)
-    bits = np.where(units > 0, np.left_shift(1, units), 0)  # digit d -> bit d, blank -> nothing
-    distinct = _POPCOUNT10[np.bitwise_or.reduce(bits, axis=2)]  # (N, 27)
-    filled = (units > 0).sum(axis=2)
-    return (filled - distinct).sum(axis=1)
+    The one violation count of the repository. A numpy array (checked to hold 0..9) gives a numpy
+    array; a torch tensor gives a tensor on its own device and is not value-checked (that would copy
+    every decoding step's boards to the host; map token ids to digits first).
+    """
+    torch = sys.modules.get("torch")  # a tensor implies torch is loaded; numpy callers never import it
+    if torch is not None and isinstance(digits, torch.Tensor):
+        if digits.dim() != 2 or digits.size(1) != N_CELLS:
+            raise ValueError(f"count_violations_batch expects shape (N, 81), got {tuple(digits.shape)}")
+        units = digits[:, torch.as_tensor(UNITS, device=digits.device)]  # (N, 27, 9)
+    else:
+        digits = _as_board(digits)
+        if digits.ndim != 2:
+            raise ValueError(f"count_violations_batch expects shape (N, 81), got {digits.shape}")
+        units = digits[:, UNITS]  # (N, 27, 9)
+    filled = (units > 0).sum(-1)
+    distinct = sum((units == d).any(-1) for d in range(1, 10))
+    return (filled - distinct).sum(-1)
 
 
 def count_violations(digits):

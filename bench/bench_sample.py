@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sample  # noqa: E402
+import sudoku_decode  # noqa: E402
 from model import ModelConfig, SudokuTransformer, load_model  # noqa: E402
 from sudoku import MASK, digits_to_tokens, random_grid  # noqa: E402
 
@@ -85,7 +85,7 @@ def main() -> None:
     questions = questions.long()
 
     counting = Counting(model)
-    sample.decode(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
+    sudoku_decode.decode(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
     settings = [("carry, early exit", True, True), ("no carry, early exit", False, True),
                 ("carry, run to slowest", True, False), ("no carry, run to slowest", False, False)]
     rows = {}
@@ -96,8 +96,8 @@ def main() -> None:
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            res = sample.decode(counting, questions, tau=args.tau, batch_size=args.batch_size,
-                                relay_carry=carry, early_exit=early)
+            res = sudoku_decode.decode(counting, questions, tau=args.tau, batch_size=args.batch_size,
+                                       relay_carry=carry, early_exit=early)
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)

@@ -27,10 +27,10 @@ import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sample  # noqa: E402
+import sudoku_report  # noqa: E402
 from scripts import runs  # noqa: E402
 
-NAMES = sample.OBJECTIVE_NAMES
+NAMES = sudoku_report.OBJECTIVE_NAMES
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--eval_puzzles=32", "--batch_size=16",
                "--log_interval=5"]
 SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         step = max(1, round(longest / 6, -int(math.floor(math.log10(max(longest / 6, 1))))))
     marks = [step * i for i in range(1, int(longest // step) + 1)][:8]
     print("\n" + report(curves, marks, axis))
-    styles = {names[o, b]: (sample.OBJECTIVE_COLORS[o], "--" if b == "staggered" else "-") for o, b in plan}
+    styles = {names[o, b]: (sudoku_report.OBJECTIVE_COLORS[o], "--" if b == "staggered" else "-") for o, b in plan}
     plot(curves, styles, os.path.join(run_dir, "budget.png"), axis)
     with open(os.path.join(run_dir, "budget.json"), "w") as f:
         json.dump(curves, f, indent=1)

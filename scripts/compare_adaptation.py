@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sample  # noqa: E402
+import sudoku_report  # noqa: E402
 from scripts import runs  # noqa: E402
 
 NAMES = {"mlm": "MLM", "rollout": "Rollout", "relay_sg": "Relay (sg)", "relay": "Relay"}
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                             os.path.join(run_dir, "results.json"), os.path.join(run_dir, "pareto.png"), cohorts,
                             shlex.split(args.sample_args))
     with open(os.path.join(run_dir, "table.md"), "w") as f:
-        f.write(sample.format_table(results["checkpoints"], results["tau"]) + "\n")
+        f.write(sudoku_report.format_table(results["checkpoints"], results["tau"]) + "\n")
     print(f"\ntraining {t_train / 60:.1f} min, total {(time.time() - t0) / 60:.1f} min; "
           f"wrote {run_dir}/results.json, table.md, pareto.png")
 

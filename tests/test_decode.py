@@ -1,4 +1,4 @@
-"""Decoding golden values: sample.decode must give the same boards and NFE as the decoding loop that
+"""Decoding golden values: sudoku_decode.decode must give the same boards and NFE as the decoding loop that
 produced them, on a committed puzzle set and a fixed-seed float64 model built here.
 
     python -m pytest tests/test_decode.py -q
@@ -19,7 +19,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import sample  # noqa: E402
+import sudoku_decode  # noqa: E402
 from model import ModelConfig, SudokuTransformer  # noqa: E402
 from sudoku import digits_to_tokens, parse_board  # noqa: E402
 
@@ -66,7 +66,7 @@ def run_cases() -> dict:
     questions, model = load_questions(), golden_model()
     out = {}
     for name, kwargs in CASES:
-        res = sample.decode(model, questions, record_boards=True, **kwargs)
+        res = sudoku_decode.decode(model, questions, record_boards=True, **kwargs)
         trace = hashlib.sha256()  # every puzzle's board and commit mask after each forward
         for boards, commits in zip(res.boards, res.commits):
             trace.update(boards.numpy().astype(np.int64).tobytes())

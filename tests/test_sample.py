@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 
 import sample
+import sudoku_decode
+import sudoku_report
 from model import ModelConfig, SudokuTransformer
 from scripts import runs
 from sudoku import DIGIT0, MASK, count_violations_batch, digits_to_tokens, random_grid, tokens_to_digits
@@ -106,12 +108,12 @@ def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step():
     q, a, sol = one_puzzle([3, 40, 77])
     conf = torch.full((81,), 0.9)  # u = 0.1 each: 0.1 < 0.15 but 0.1 + 0.1 is not
     model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long)))
-    res = sample.decode(model, q, tau=0.15, record_boards=True)
+    res = sudoku_decode.decode(model, q, tau=0.15, record_boards=True)
     assert res.nfe.tolist() == [3] and res.batch_nfe.tolist() == [4]
     assert [int(c.sum()) for c in res.commits[0]] == [1, 1, 1]
     assert torch.equal(res.pred, a)
     # u = 0.1 x 3 = 0.3 < 0.35: all three in one forward
-    res = sample.decode(model, q, tau=0.35)
+    res = sudoku_decode.decode(model, q, tau=0.35)
     assert res.nfe.tolist() == [1] and torch.equal(res.pred, a)
 
 
@@ -120,7 +122,7 @@ def test_nothing_qualifying_forces_the_most_confident_cell():
     conf = torch.full((81,), 0.99)
     conf[3], conf[40], conf[77] = 0.5, 0.7, 0.6  # every u >= 0.3 > tau
     model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long)))
-    res = sample.decode(model, q, tau=0.15, record_boards=True)
+    res = sudoku_decode.decode(model, q, tau=0.15, record_boards=True)
     order = [c.nonzero().flatten().tolist() for c in res.commits[0]]
     assert order == [[40], [77], [3]]  # one cell per step, most confident first
     assert res.nfe.tolist() == [3] and torch.equal(res.pred, a)
@@ -128,7 +130,7 @@ def test_nothing_qualifying_forces_the_most_confident_cell():
 
 def test_tau_zero_commits_one_cell_per_step():
     q, _ = make_puzzles(3, seed=5)
-    res = sample.decode(Scripted(hashed_rule), q, tau=0.0)
+    res = sudoku_decode.decode(Scripted(hashed_rule), q, tau=0.0)
     assert torch.equal(res.nfe, (q == MASK).sum(1))
 
 
@@ -138,13 +140,13 @@ def test_tau_zero_commits_one_cell_per_step():
 def test_early_exit_batching_and_invariants(make_model):
     model = make_model()
     q, _ = make_puzzles(10, seed=2)
-    ref = sample.decode(model, q, tau=0.3, batch_size=4, record_boards=True)
+    ref = sudoku_decode.decode(model, q, tau=0.3, batch_size=4, record_boards=True)
     assert ref.nfe.min() < ref.nfe.max()  # puzzles finish at different steps: early exit matters
     # the paper's count: 1 + the slowest puzzle of each batch of 4
     for s in range(0, 10, 4):
         assert (ref.batch_nfe[s:s + 4] == 1 + ref.nfe[s:s + 4].max()).all()
     for kwargs in (dict(batch_size=4, early_exit=False), dict(batch_size=1), dict(batch_size=10), dict(batch_size=3)):
-        other = sample.decode(model, q, tau=0.3, record_boards=True, **kwargs)
+        other = sudoku_decode.decode(model, q, tau=0.3, record_boards=True, **kwargs)
         assert torch.equal(other.pred, ref.pred), kwargs
         assert torch.equal(other.nfe, ref.nfe), kwargs
         assert torch.equal(other.violations_rollout, ref.violations_rollout), kwargs
@@ -168,7 +170,7 @@ def test_early_exit_skips_forwards_on_finished_puzzles():
     counted = {}
     for early in (True, False):
         model = Scripted(hashed_rule)
-        res = sample.decode(model, q, tau=0.3, batch_size=6, early_exit=early)
+        res = sudoku_decode.decode(model, q, tau=0.3, batch_size=6, early_exit=early)
         counted[early] = sum(t.size(0) for t, _ in model.calls)
     assert counted[True] == res.nfe.sum()  # exactly one row-forward per puzzle step
     assert counted[False] == 6 * (res.batch_nfe[0] - 1)  # every row on every loop iteration
@@ -176,7 +178,7 @@ def test_early_exit_skips_forwards_on_finished_puzzles():
 
 def test_max_steps_then_one_final_forward_fills_the_rest():
     q, _ = make_puzzles(3, seed=4)
-    res = sample.decode(Scripted(hashed_rule), q, tau=0.0, max_steps=5, record_boards=True)
+    res = sudoku_decode.decode(Scripted(hashed_rule), q, tau=0.0, max_steps=5, record_boards=True)
     assert res.nfe.tolist() == [6, 6, 6] and res.batch_nfe.tolist() == [6, 6, 6]
     assert (res.pred != MASK).all()
     assert [int(c.sum()) for c in res.commits[0]][:5] == [1] * 5
@@ -202,11 +204,11 @@ def test_relay_state_is_carried_row_by_row():
     n_blank = (q == MASK).sum(1)
     for bs, early in ((7, True), (3, True), (3, False), (1, True)):
         model = Scripted(rule, relay=True)
-        res = sample.decode(model, q, tau=0.15, batch_size=bs, early_exit=early)
+        res = sudoku_decode.decode(model, q, tau=0.15, batch_size=bs, early_exit=early)
         assert torch.equal(res.nfe, n_blank.clamp(max=3)), (bs, early)
         assert model.calls[0][1] is None
     # without carry every step looks like the first: one cell per step
-    res = sample.decode(Scripted(rule, relay=True), q, tau=0.15, relay_carry=False)
+    res = sudoku_decode.decode(Scripted(rule, relay=True), q, tau=0.15, relay_carry=False)
     assert torch.equal(res.nfe, n_blank)
 
 
@@ -218,28 +220,28 @@ def test_zeroed_relay_layernorm_decodes_like_the_plain_model():
         relay.relay_norm.weight.zero_()
         relay.relay_norm.bias.zero_()
     q, _ = make_puzzles(6, seed=7)
-    a = sample.decode(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
-    b = sample.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
+    a = sudoku_decode.decode(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
+    b = sudoku_decode.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
     assert torch.equal(a.pred, b.pred) and torch.equal(a.nfe, b.nfe)
     assert all(torch.equal(x, y) for x, y in zip(a.boards, b.boards))
     # and a live relay does change the decode (the test above is not vacuous)
     with torch.no_grad():
         relay.relay_norm.weight.fill_(3.0)
-    c = sample.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4)
+    c = sudoku_decode.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4)
     assert not (torch.equal(a.pred, c.pred) and torch.equal(a.nfe, c.nfe))
 
 
 def test_decode_restores_training_mode_and_rejects_bad_questions():
     model = tiny(relay=True).train()
     q, _ = make_puzzles(2)
-    sample.decode(DigitsOnly(model), q, tau=0.5)
+    sudoku_decode.decode(DigitsOnly(model), q, tau=0.5)
     assert model.training
     with pytest.raises(ValueError, match="81"):
-        sample.decode(model, q[:, :80])
+        sudoku_decode.decode(model, q[:, :80])
     with pytest.raises(ValueError, match="MASK"):
-        sample.decode(model, q.clamp(max=3))
+        sudoku_decode.decode(model, q.clamp(max=3))
     with pytest.raises(ValueError, match="integer"):
-        sample.decode(model, q.float())
+        sudoku_decode.decode(model, q.float())
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -247,16 +249,16 @@ def test_decode_restores_training_mode_and_rejects_bad_questions():
 def test_count_violations_on_hand_made_boards_and_against_sudoku_py():
     sol = random_grid(np.random.default_rng(0))
     board = torch.tensor(digits_to_tokens(sol))[None]
-    assert sample.count_violations(board).tolist() == [0] and sample.is_legal(board).tolist() == [True]
+    assert sudoku_decode.token_violations(board).tolist() == [0] and sample.is_legal(board).tolist() == [True]
     two = board.clone()
     two[0, 1] = two[0, 0]  # same row and box, different column: row +1, box +1, column 1 gets a 2nd copy: +1
-    assert sample.count_violations(two).tolist() == [3]
+    assert sudoku_decode.token_violations(two).tolist() == [3]
     blank = board.clone()
     blank[0, 5] = MASK
-    assert sample.count_violations(blank).tolist() == [0] and sample.is_legal(blank).tolist() == [False]
+    assert sudoku_decode.token_violations(blank).tolist() == [0] and sample.is_legal(blank).tolist() == [False]
     rng = np.random.default_rng(1)
     digits = rng.integers(0, 10, size=(200, 81))
-    mine = sample.count_violations(torch.tensor(digits_to_tokens(digits))).numpy()
+    mine = sudoku_decode.token_violations(torch.tensor(digits_to_tokens(digits))).numpy()
     assert np.array_equal(mine, count_violations_batch(digits))
 
 
@@ -266,13 +268,13 @@ def test_score_on_hand_made_boards():
     blanks = (q[1] == MASK).nonzero().flatten()
     wrong = blanks[:2]
     pred[1, wrong] = DIGIT0 + torch.as_tensor(tokens_to_digits(a[1, wrong].numpy()) % 9 + 1)  # another digit
-    res = sample.DecodeResult(pred=pred, nfe=torch.tensor([2, 4]), batch_nfe=torch.tensor([5, 5]),
-                              violations_rollout=torch.tensor([1, 6]), cells_per_step=torch.tensor([10.0, 5.0]))
+    res = sudoku_decode.DecodeResult(pred=pred, nfe=torch.tensor([2, 4]), batch_nfe=torch.tensor([5, 5]),
+                                     violations_rollout=torch.tensor([1, 6]), cells_per_step=torch.tensor([10.0, 5.0]))
     m = sample.score(q, a, res)
     assert m["exact_match"] == 0.5
     assert m["token_accuracy"] == pytest.approx((1 + (len(blanks) - 2) / len(blanks)) / 2)
     assert m["legal_rate"] == 0.5
-    assert m["violations_final"] == pytest.approx(sample.count_violations(pred[1:]).item() / 2)
+    assert m["violations_final"] == pytest.approx(sudoku_decode.token_violations(pred[1:]).item() / 2)
     assert m["violations_final"] > 0
     assert (m["mean_nfe"], m["batch_nfe"], m["violations_rollout"], m["cells_per_step"], m["n"]) == (3, 5, 3.5, 7.5, 2)
     assert sample.score(q, None, res)["exact_match"] is None
@@ -280,26 +282,26 @@ def test_score_on_hand_made_boards():
 
 def test_violations_rollout_sums_the_boards_after_each_forward():
     q, _ = make_puzzles(4, seed=9)
-    res = sample.decode(Scripted(hashed_rule), q, tau=0.3, record_boards=True)
+    res = sudoku_decode.decode(Scripted(hashed_rule), q, tau=0.3, record_boards=True)
     for i in range(4):
-        assert res.violations_rollout[i] == sample.count_violations(res.boards[i]).sum()
+        assert res.violations_rollout[i] == sudoku_decode.token_violations(res.boards[i]).sum()
     assert res.violations_rollout.sum() > 0  # hashed_rule ignores Sudoku rules: it does make violations
 
 
 def test_table_and_plot(tmp_path):
     def entry(obj, tied, seed, em):
         m = {k: 1.0 for k in sample.METRIC_KEYS} | {"exact_match": em, "mean_nfe": 10 - 10 * em, "n": 5}
-        res = {sample.tau_key(t): m | {"exact_match": em + t} for t in sample.TAUS}
+        res = {sudoku_report.tau_key(t): m | {"exact_match": em + t} for t in sample.TAUS}
         return {"path": f"{obj}{seed}", "config": {"objective": obj, "tie_embeddings": tied, "seed": seed},
                 "results": {"all": res}}
     entries = [entry("mlm", False, 0, 0.1), entry("relay", False, 0, 0.4), entry("mlm", False, 1, 0.3)]
-    table = sample.format_table(entries, 0.15)
+    table = sudoku_report.format_table(entries, 0.15)
     rows = [r for r in table.splitlines() if r.startswith("| MLM")]
     assert len(rows) == 1 and "| 2 |" in rows[0]
     em = [25.0, 45.0]  # (0.1 + 0.15, 0.3 + 0.15) in %
     assert f"{np.mean(em):.2f} ± {np.std(em, ddof=1):.2f}" in rows[0]
     assert "Relay" in table and "deduction" not in table
-    sample.plot_pareto(entries, str(tmp_path / "p.png"))
+    sudoku_report.plot_pareto(entries, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 1000
 
 
@@ -308,7 +310,7 @@ def test_method_styles_one_colour_per_objective():
         return [{"config": {"objective": obj}}]
     groups = {"MLM": group("mlm"), "Relay": group("relay"), "Relay (staggered)": group("relay"),
               "mine": group("my_objective"), "mine too": group("my_objective")}
-    styles = sample.method_styles(groups)
+    styles = sudoku_report.method_styles(groups)
     assert styles["MLM"] == ("C0", "-") and styles["Relay"] == ("C3", "-")
     assert styles["Relay (staggered)"] == ("C3", "--")  # same objective: same colour, another line style
     assert styles["mine"] == ("C4", "-") and styles["mine too"] == ("C4", "--")
@@ -474,7 +476,7 @@ def test_reproduce_cpu_smoke_runs_end_to_end(tmp_path):
     from scripts import reproduce_cpu
     reproduce_cpu.main(["--smoke", f"--runs={tmp_path / 'runs'}", f"--data_dir={tmp_path / 'data'}"])
     results = json.loads((tmp_path / "runs" / "results.json").read_text())
-    assert [e["config"]["objective"] for e in results["checkpoints"]] == list(sample.OBJECTIVE_NAMES)
+    assert [e["config"]["objective"] for e in results["checkpoints"]] == list(sudoku_report.OBJECTIVE_NAMES)
     assert (tmp_path / "runs" / "pareto.png").exists() and "| Relay |" in (tmp_path / "runs" / "table.md").read_text()
 
 

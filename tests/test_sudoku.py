@@ -107,6 +107,19 @@ def test_count_violations_batch_matches_definition():
         sudoku.count_violations(boards[0] + 7)  # token ids, not digits
 
 
+def test_count_violations_batch_takes_torch_tensors():
+    """The torch path of the one violation count (used on every decoding step) equals the plain-loop
+    definition on int8 tensors and returns a tensor; a wrong shape is a ValueError. Fails if a digit three
+    times in a unit counts once instead of twice (checked by crediting such digits one more distinct) and
+    if the unit index takes the boards' dtype (checked with digits.new_tensor(UNITS): int8 indices)."""
+    torch = pytest.importorskip("torch")
+    boards = np.random.default_rng(1).integers(0, 10, (200, 81))
+    expected = [sum(int((b[u] > 0).sum()) - len(set(b[u][b[u] > 0].tolist())) for u in sudoku.UNITS) for b in boards]
+    got = sudoku.count_violations_batch(torch.as_tensor(boards, dtype=torch.int8))
+    assert isinstance(got, torch.Tensor) and got.tolist() == expected
+    with pytest.raises(ValueError, match="shape"):
+        sudoku.count_violations_batch(torch.zeros(2, 80, dtype=torch.long))
+
 def test_solver_on_known_puzzles():
     for text in (ROYLE_17, NORVIG_HARD):
         puzzle = sudoku.parse_board(text)

@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 
 import sample
+import sudoku_decode
+import sudoku_report
 from sudoku import DIGIT0, MASK, digits_to_tokens, random_grid
 
 V = 17
@@ -38,7 +40,7 @@ def test_violating_snapshots_counts_boards_not_violations():
     sol = torch.tensor(digits_to_tokens(solved()))
     bad = sol.clone()
     bad[1] = bad[0]  # row, box and column each get one repeat
-    assert sample.count_violations(bad[None]).item() == 3
+    assert sudoku_decode.token_violations(bad[None]).item() == 3
     start = sol.clone()
     start[:2] = MASK
     trajectory = torch.stack([start, bad, sol, bad, bad])
@@ -59,13 +61,13 @@ def test_decode_counts_the_authors_snapshots_by_hand():
     digits = torch.full((81,), int(sol[0]))
     conf = torch.full((81,), 0.5)
     conf[0], conf[1] = 0.9, 0.8
-    res = sample.decode(FixedModel(conf, digits), torch.tensor(q)[None], tau=0.0, record_boards=True)
+    res = sudoku_decode.decode(FixedModel(conf, digits), torch.tensor(q)[None], tau=0.0, record_boards=True)
     assert res.nfe.tolist() == [2] and res.batch1_nfe.tolist() == [3]
     assert res.violations_rollout.tolist() == [3] and res.violating_snapshots.tolist() == [2]
     # a repeated clue: every snapshot violates, the question included -> 4
     q2 = q.copy()
     q2[2] = q2[3]
-    res2 = sample.decode(FixedModel(conf, digits), torch.tensor(q2)[None], tau=0.0)
+    res2 = sudoku_decode.decode(FixedModel(conf, digits), torch.tensor(q2)[None], tau=0.0)
     assert res2.violating_snapshots.tolist() == [4]
 
 
@@ -99,7 +101,7 @@ def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max
         q[rng.random(81) < 0.5] = 0
         qs.append(digits_to_tokens(q))
     q = torch.tensor(np.array(qs))
-    res = sample.decode(hashed_model(), q, tau=0.3, max_steps=max_steps, batch_size=4, record_boards=True)
+    res = sudoku_decode.decode(hashed_model(), q, tau=0.3, max_steps=max_steps, batch_size=4, record_boards=True)
     for i in range(len(q)):
         loop_boards = res.boards[i][:max_steps]  # the final-fill board, if any, comes after max_steps loop boards
         trajectory = torch.cat([q[i:i + 1], loop_boards, res.pred[i:i + 1]])
@@ -122,8 +124,8 @@ def test_batch1_nfe_equals_the_batch_count_of_one_puzzle_at_a_time():
         qs.append(digits_to_tokens(q))
     q = torch.tensor(np.array(qs))
     model = hashed_model()
-    res = sample.decode(model, q, tau=0.3, batch_size=4)
-    alone = torch.cat([sample.decode(model, q[i:i + 1], tau=0.3, batch_size=1).batch_nfe for i in range(len(q))])
+    res = sudoku_decode.decode(model, q, tau=0.3, batch_size=4)
+    alone = torch.cat([sudoku_decode.decode(model, q[i:i + 1], tau=0.3, batch_size=1).batch_nfe for i in range(len(q))])
     assert torch.equal(res.batch1_nfe, alone)
     assert not torch.equal(res.batch1_nfe, res.batch_nfe) and not torch.equal(res.batch1_nfe, res.nfe)
 
@@ -139,7 +141,7 @@ def test_table_columns_follow_table_1():
                                                        "violations_rollout": 2.5, "n": 2000}
     entry = {"path": "r", "config": {"objective": "relay", "tie_embeddings": True, "seed": 1},
              "results": {"all": {"0.15": metrics(0.6, 7.0, 5.0)}, "deduction_only": {"0.15": metrics(0.75, 8.0, 6.0)}}}
-    head, _, row = sample.format_table([entry], 0.15).splitlines()[:3]
+    head, _, row = sudoku_report.format_table([entry], 0.15).splitlines()[:3]
     cols = [c.strip() for c in head.strip("|").split("|")]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cols[:7] == ["Objective", "Tying", "seeds", "Acc (%) unfiltered", "Mean NFE unfiltered (batch-512 count)",
