@@ -1,0 +1,113 @@
+"""The committed reference models (reference/*.safetensors, the quick start's MLM and Relay) still
+decode as when they were exported: exact match and mean NFE on a committed puzzle set are pinned.
+
+    python -m pytest tests/test_reference_models.py -q
+    python tests/test_reference_models.py --write     # re-pin after exporting new reference models
+
+The puzzles (tests/data/reference_puzzles.txt: 100 from sudoku.generate_puzzle and 100 twins on
+independently sampled grids) are committed, so a generator change cannot move the pins. fp32
+matmuls differ slightly between CPUs (AVX2, AVX-512) and can flip a close confidence comparison, so
+the pins carry a tolerance: 3 puzzles per set, 0.2 mean NFE. A decoding bug moves them much more:
+checked by decoding without the relay carry (Relay drops from ~60% to ~0%), by committing one
+cell fewer per step (threshold `>` -> `>=` 1 - τ moved to τ = 0.2: NFE changes by ~0.7), and by
+loading the raw instead of the EMA weights.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from model import load_model  # noqa: E402
+from sudoku import digits_to_tokens, format_board, parse_board, tokens_to_digits  # noqa: E402
+from sudoku_decode import decode_boards  # noqa: E402
+
+DATA = os.path.join(ROOT, "tests", "data")
+PUZZLES = os.path.join(DATA, "reference_puzzles.txt")
+PINS = os.path.join(DATA, "reference_metrics.json")
+MODELS = {"mlm": os.path.join(ROOT, "reference", "mlm.safetensors"),
+          "relay": os.path.join(ROOT, "reference", "relay.safetensors")}
+TAU = 0.15
+EXACT_TOLERANCE, NFE_TOLERANCE = 3, 0.2
+
+
+def load_puzzles() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    sets: dict[str, list] = {}
+    for line in open(PUZZLES):
+        if line.strip() and not line.startswith("#"):
+            name, q, a = line.split()
+            sets.setdefault(name, []).append((digits_to_tokens(parse_board(q)), digits_to_tokens(parse_board(a))))
+    return {name: (torch.as_tensor(np.stack([q for q, _ in rows])), torch.as_tensor(np.stack([a for _, a in rows])))
+            for name, rows in sets.items()}
+
+
+def measure(path: str) -> dict[str, dict[str, float]]:
+    model, _ = load_model(path)
+    out = {}
+    for name, (q, a) in load_puzzles().items():
+        pred, nfe, _ = decode_boards(model, q, tau=TAU)
+        out[name] = {"exact": int((pred == a).all(1).sum()), "mean_nfe": round(float(nfe.float().mean()), 3)}
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_reference_model_metrics_are_pinned(name):
+    pinned = json.load(open(PINS))[name]
+    got = measure(MODELS[name])
+    assert set(got) == set(pinned)
+    for which in pinned:
+        assert abs(got[which]["exact"] - pinned[which]["exact"]) <= EXACT_TOLERANCE, (which, got, pinned)
+        assert abs(got[which]["mean_nfe"] - pinned[which]["mean_nfe"]) <= NFE_TOLERANCE, (which, got, pinned)
+
+
+def test_weights_file_round_trip(tmp_path):
+    """save_weights -> load_model gives the same model in eval mode (dropout 0.1 here, so a loader that
+    left the model in train mode fails; so does one that dropped the relay LayerNorm or the config)."""
+    from model import ModelConfig, SudokuTransformer, save_weights
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, relay=True, pos_emb=True))
+    with torch.no_grad():
+        model.relay_norm.bias.normal_()
+    path = str(tmp_path / "m.safetensors")
+    save_weights(model.eval(), path, {"config": json.dumps({"objective": "relay"})})
+    loaded, config = load_model(path)
+    tokens = torch.randint(0, 17, (3, 81))
+    h = torch.randn(3, 81, 32)
+    assert config == {"objective": "relay"} and loaded.config == model.config
+    assert torch.equal(loaded(tokens, h)[0], model(tokens, h)[0])
+
+
+def test_weights_file_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    for path in (str(bad), str(tmp_path / "missing.safetensors")):
+        with pytest.raises(ValueError) as e:
+            load_model(path)
+        assert path in str(e.value) and "\n" not in str(e.value)
+
+
+def write() -> None:
+    if not os.path.exists(PUZZLES):
+        import quickstart
+        sets = quickstart.fresh_puzzles(100, seed=7)
+        with open(PUZZLES, "w") as f:
+            f.write("# puzzle set, question (81 cells, '.' blank), solution: quickstart.fresh_puzzles(100, seed=7)\n")
+            for name, (q, a) in sets.items():
+                for qi, ai in zip(q, a):
+                    f.write(f"{name.replace(' ', '_')} {format_board(tokens_to_digits(qi))} "
+                            f"{format_board(tokens_to_digits(ai))}\n")
+    pins = {name: measure(path) for name, path in MODELS.items()}
+    with open(PINS, "w") as f:
+        json.dump({"tau": TAU, **pins}, f, indent=1)
+    print(json.dumps(pins, indent=1))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        raise SystemExit("usage: python tests/test_reference_models.py --write")
+    write()
