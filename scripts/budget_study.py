@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--iters", type=int, help="step budget of the K=2 objectives (MLM gets 2x; instead of minutes)")
     p.add_argument("--objectives", default=",".join(runs.OBJECTIVES))
     p.add_argument("--buffers", default="cold,staggered", help="buffer_init values for the rollout objectives")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", default="1", help="one seed, or several comma-separated (run one after another)")
     p.add_argument("--eval_interval", type=int, default=100, help="steps between validation points")
     p.add_argument("--runs", default="runs/budget")
     p.add_argument("--data_dir", default="data/sudoku")
@@ -155,17 +155,24 @@ def main(argv: list[str] | None = None) -> None:
         args.minutes = 60.0
     run_dir, data_dir = os.path.abspath(args.runs), os.path.abspath(args.data_dir)
 
-    plan = [(o, b) for o in objectives for b in (["cold"] if o == "mlm" else buffers)]
-    names = {(o, b): NAMES[o] + ("" if o == "mlm" else f", {b}") for o, b in plan}
-    dirs = {(o, b): os.path.join(run_dir, f"{o}_s{args.seed}" if o == "mlm" else f"{o}_{b}_s{args.seed}") for o, b in plan}
+    try:
+        seeds = [int(x) for x in args.seed.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--seed: give integers, comma-separated, got {args.seed!r}") from None
+    if not seeds:
+        raise SystemExit("--seed: give at least one seed")
+    plan = [(o, b, s) for s in seeds for o in objectives for b in (["cold"] if o == "mlm" else buffers)]
+    names = {(o, b, s): NAMES[o] + ("" if o == "mlm" else f", {b}") + (f", seed {s}" if len(seeds) > 1 else "")
+             for o, b, s in plan}
+    dirs = {(o, b, s): os.path.join(run_dir, f"{o}_s{s}" if o == "mlm" else f"{o}_{b}_s{s}") for o, b, s in plan}
     forwards = {o: 1 if o == "mlm" else 2 for o in objectives}  # forward passes per optimizer step (K = 2)
     if not args.plot_only:
         runs.ensure_data(data_dir, data_args)
-        for o, b in plan:
+        for o, b, s in plan:
             extra = [] if o == "mlm" else [f"--buffer_init={b}"]
             per_run = 2 // forwards[o] if args.iters is not None else 1  # a step budget gives MLM 2x the steps
             budget = runs.budget_args(args.minutes, None if args.iters is None else args.iters * per_run)
-            runs.train(o, dirs[o, b], args.seed, budget + extra + [f"--data_dir={data_dir}",
+            runs.train(o, dirs[o, b, s], s, budget + extra + [f"--data_dir={data_dir}",
                        f"--eval_interval={args.eval_interval * per_run}", *train_args], replace=args.replace_runs)
     curves = {}
     for key in plan:
@@ -184,7 +191,9 @@ def main(argv: list[str] | None = None) -> None:
         step = max(1, round(longest / 6, -int(math.floor(math.log10(max(longest / 6, 1))))))
     marks = [step * i for i in range(1, int(longest // step) + 1)][:8]
     print("\n" + report(curves, marks, axis))
-    styles = {names[o, b]: (sudoku_report.OBJECTIVE_COLORS[o], "--" if b == "staggered" else "-") for o, b in plan}
+    # colour: objective; line: solid for the cold buffer, dashed for staggered; later seeds dotted
+    styles = {names[o, b, s]: (sudoku_report.OBJECTIVE_COLORS[o],
+                               "--" if b == "staggered" else ("-" if s == seeds[0] else ":")) for o, b, s in plan}
     plot(curves, styles, os.path.join(run_dir, "budget.png"), axis)
     with open(os.path.join(run_dir, "budget.json"), "w") as f:
         json.dump(curves, f, indent=1)

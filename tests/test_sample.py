@@ -470,6 +470,23 @@ def test_budget_study_integrates_training_time_from_the_metrics_log(tmp_path):
     assert "| Relay, cold | 50.0% / 10.0 | – | 50.0% / 10.0 (1.6 min, step 40) |" in report({"Relay, cold": points}, [2.5, 3.0])
 
 
+def test_budget_study_plots_several_seeds_each_from_its_own_runs(tmp_path, capsys):
+    """--seed=1,2 --plot_only: one curve per (objective, seed), read from that seed's run directory
+    (fails if every seed reads the first seed's directory, or if MLM is not put on the compute axis 1x)."""
+    from scripts import budget_study
+    for name, exact in (("mlm_s1", 0.1), ("mlm_s2", 0.2), ("relay_cold_s1", 0.3), ("relay_cold_s2", 0.4)):
+        (tmp_path / name).mkdir()
+        records = [{"step": 10, "loss": 1.0, "ms_per_step": 100.0}, {"step": 10, "val/exact": exact, "val/nfe": 5.0}]
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    budget_study.main(["--iters=10", "--objectives=mlm,relay", "--buffers=cold", "--seed=1,2", f"--runs={tmp_path}",
+                       "--plot_only"])
+    curves = json.loads((tmp_path / "budget.json").read_text())
+    assert {k: (v[0]["exact"], v[0]["compute"]) for k, v in curves.items()} == {
+        "MLM, seed 1": (0.1, 10), "MLM, seed 2": (0.2, 10), "Relay, cold, seed 1": (0.3, 20),
+        "Relay, cold, seed 2": (0.4, 20)}
+    assert (tmp_path / "budget.png").exists()
+
+
 @pytest.mark.slow
 def test_reproduce_cpu_smoke_runs_end_to_end(tmp_path):
     """Data, four trainings, evaluation, table and figure at a toy size (~2 minutes)."""
