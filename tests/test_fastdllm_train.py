@@ -225,6 +225,22 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
         _run(tmp_path, "--resume=True")
 
 
+def test_device_auto_picks_mps_only_without_deepspeed(monkeypatch):
+    """Both training scripts resolve device=auto with devices.pick_device: cuda, then mps, then cpu; the
+    Fast-dLLM run asks for mps only without DeepSpeed (no MPS accelerator), and an explicit mps with
+    DeepSpeed is a one-line error. Checked: fails when pick_device ignores allow_mps."""
+    from devices import pick_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert pick_device("auto") == "mps" and pick_device("auto", allow_mps=False) == "cpu"
+    assert pick_device("cpu") == "cpu"
+    os.chdir(ROOT)
+    with pytest.raises(SystemExit, match="DeepSpeed does not run on mps"):
+        T.parse_config(["config/fastdllm_tiny.py", "--device=mps"])
+    with pytest.raises(SystemExit, match="device must be"):
+        T.parse_config(["config/fastdllm_tiny.py", "--device=gpu"])
+
+
 def test_lr_schedule_warmup_then_cosine():
     cfg = T.TrainConfig(learning_rate=1.0, min_lr=0.0, warmup_iters=10, lr_decay_iters=110)
     assert T.lr_at(0, cfg) == 0.0 and T.lr_at(5, cfg) == 0.5 and T.lr_at(10, cfg) == 1.0
