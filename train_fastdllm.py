@@ -225,13 +225,16 @@ class TorchBackend:
     gradient clipping and AdamW step at the accumulation boundary; training state in resume/state.pt."""
 
     @staticmethod
+    def label(world: int) -> str:
+        return "DDP" if world > 1 else "single process"
+
+    @staticmethod
     def start_processes(device: str, world: int) -> None:
         if world > 1:
             dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
 
     def __init__(self, cfg: TrainConfig, model, device: str, rank: int, world: int, local_rank: int):
         self.cfg, self.model, self.master = cfg, model, rank == 0
-        self.name = "DDP" if world > 1 else "single process"
         model.to(device)
         self.autocast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if cfg.dtype == "bfloat16"
                          else torch.autocast("cpu", enabled=False))
@@ -277,10 +280,13 @@ class TorchBackend:
 
 
 class DeepSpeedBackend:
-    """DeepSpeed ZeRO-3: bf16 weights with DeepSpeed's fp32 master copy (dtype=bfloat16), parameters,
+    """DeepSpeed ZeRO-3: with dtype=bfloat16, bf16 weights and DeepSpeed's fp32 master copy; parameters,
     gradients and optimizer state sharded over the ranks; the engine clips and steps at the accumulation
     boundary; training state in resume/state/ (DeepSpeed's own layout, one shard per rank)."""
-    name = "DeepSpeed ZeRO-3"
+
+    @staticmethod
+    def label(world: int) -> str:
+        return "DeepSpeed ZeRO-3"
 
     @staticmethod
     def start_processes(device: str, world: int) -> None:
@@ -440,8 +446,7 @@ def setup(cfg: TrainConfig) -> Run:
                          f"{cfg.effective_batch}; change one of them (or --effective_batch=0 to skip this check)")
     if master:
         print_config(cfg)
-        name = DeepSpeedBackend.name if cfg.deepspeed else "DDP" if world > 1 else "single process"
-        print(f"world {world}, device {device}, {name}, {cfg.batch_size * grad_accum * world} sequences per optimizer step")
+        print(f"world {world}, device {device}, {Backend.label(world)}, {cfg.batch_size * grad_accum * world} sequences per optimizer step")
     torch.manual_seed(cfg.seed + rank)
     random.seed(cfg.seed + rank)
     noise_gen = torch.Generator().manual_seed(cfg.seed + 1000 + rank)  # SFT masks, per rank
