@@ -1,6 +1,6 @@
 """Adapt Fast-dLLM v2 with vanilla SFT, Rollout, Relay (sg) or Relay (paper Sec. 4.2, Table 2).
 
-Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from fastdllm_data.py):
+Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from `python fastdllm_data.py`):
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py --resume=True
 Tiny random Qwen2 on CPU (2 gloo processes; DeepSpeed's CPU accelerator runs ZeRO-3 here too):
@@ -13,9 +13,11 @@ Objectives (docs/fastdllm.md, "Training objectives"):
   rollout   K=2 on-policy rollout with teacher forcing from a streaming buffer, no relay
   relay_sg  the same with the relay state passed between the two forwards but detached
   relay     the same with backpropagation through the relay (truncated BPTT, K=2) (Sec. 4.2)
-Outputs: out_dir/ckpt-<iter>/ (config.json + model.safetensors + tokenizer, loadable with
+Outputs: out_dir/ckpt-<step>/ (config.json + model.safetensors + tokenizer, loadable with
 fastdllm_model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
-optimizer, step, per-rank RNG, data position and rollout buffer for --resume=True.
+optimizer, step, per-rank RNG, data position and rollout buffer for --resume=True (layout:
+docs/reference.md, "Checkpoints and resume"). The code reads setup -> train_step -> save; one process,
+DDP and DeepSpeed differ only in TorchBackend / DeepSpeedBackend.
 """
 import math
 import os
@@ -31,6 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from devices import pick_device
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
 from fastdllm_model import (HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer,
@@ -41,11 +44,11 @@ OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
 
 
 @dataclass
-class Config:
+class TrainConfig:
     # I/O
     out_dir: str = "out/fastdllm"
     init_from: str = HUB_ID  # checkpoint dir, hub id, or "tiny" (random 2-layer Qwen2, CPU tests)
-    data: str = "data/sft/train.jsonl"  # fastdllm_data.py output, or "toy" (synthetic chats)
+    data: str = "data/sft/train.jsonl"  # `python fastdllm_data.py` output, or "toy" (synthetic chats)
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     save_interval: int = 200  # optimizer steps between checkpoints (the paper reports checkpoint-200); 0 = end only
     log_interval: int = 1
@@ -72,7 +75,7 @@ class Config:
     adam_eps: float = 1e-8
     grad_clip: float = 1.0  # 0 = off
     # system
-    device: str = "auto"  # auto | cuda | cpu
+    device: str = "auto"  # auto (cuda, else mps without DeepSpeed, else cpu) | cuda | mps | cpu
     dtype: str = "bfloat16"  # bfloat16 | float32
     gradient_checkpointing: bool = True
     deepspeed: str = "zero3"  # "" = plain DDP / single process; "zero3" = ZeRO-3 config built from these keys; or a JSON path
@@ -185,15 +188,15 @@ class Batches:
         self._order()
 
 
-def get_lr(it: int, cfg: Config) -> float:
+def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warmup then cosine to min_lr, as HF's cosine schedule (step 0 of a warmup has lr 0)."""
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * it / cfg.warmup_iters
-    progress = min(1.0, (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters))
+    if step < cfg.warmup_iters:
+        return cfg.learning_rate * step / cfg.warmup_iters
+    progress = min(1.0, (step - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters))
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
 
-def deepspeed_config(cfg: Config, grad_accum: int) -> dict:
+def deepspeed_config(cfg: TrainConfig, grad_accum: int) -> dict:
     if cfg.deepspeed == "zero3":
         ds = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
                                     "stage3_param_persistence_threshold": cfg.zero_persistence_threshold}}
@@ -208,38 +211,85 @@ def deepspeed_config(cfg: Config, grad_accum: int) -> dict:
     ds["bf16"] = {"enabled": cfg.dtype == "bfloat16"}
     ds.pop("fp16", None)
     ds.pop("optimizer", None)  # torch AdamW is passed in (DeepSpeed's fused/CPU Adam JIT-compiles ops)
-    ds.pop("scheduler", None)  # the lr is set by get_lr every step
+    ds.pop("scheduler", None)  # the lr is set by lr_at every step
     return ds
 
 
 # -----------------------------------------------------------------------------
+# the three ways to run. Everything that differs between one process, DDP and DeepSpeed ZeRO-3 lives in
+# the two classes below; the loop calls the same methods on either.
 
 
-def main(argv: list[str] | None = None) -> None:
-    try:
-        cfg = load_config(Config, argv)
-    except ConfigError as e:
-        raise SystemExit(f"train_fastdllm.py: {e}")
-    if cfg.objective not in OBJECTIVES:
-        raise SystemExit(f"train_fastdllm.py: objective must be one of {OBJECTIVES}, got {cfg.objective!r}")
-    if cfg.dtype not in ("bfloat16", "float32"):
-        raise SystemExit(f"train_fastdllm.py: dtype must be bfloat16 or float32, got {cfg.dtype!r}")
-    if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
-        raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
-    if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    use_ds = bool(cfg.deepspeed)
-    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+class TorchBackend:
+    """One process, or DDP under torchrun: fp32 weights (bf16 autocast when dtype=bfloat16), torch's
+    gradient clipping and AdamW step at the accumulation boundary; training state in resume/state.pt."""
 
-    # ---- processes
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    rank = int(os.environ.get("RANK", 0))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if device == "cuda":
-        torch.cuda.set_device(local_rank)
-        device = f"cuda:{local_rank}"
-    if use_ds:
+    @staticmethod
+    def label(world: int) -> str:
+        return "DDP" if world > 1 else "single process"
+
+    @staticmethod
+    def start_processes(device: str, world: int) -> None:
+        if world > 1:
+            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+
+    def __init__(self, cfg: TrainConfig, model, device: str, rank: int, world: int, local_rank: int):
+        self.cfg, self.model, self.master = cfg, model, rank == 0
+        model.to(device)
+        self.autocast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if cfg.dtype == "bfloat16"
+                         else torch.autocast("cpu", enabled=False))
+        self.optimizer = make_optimizer(cfg, model)
+        self.ddp = world > 1
+        self.module = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.startswith("cuda") else None)
+                       if self.ddp else model)
+
+    def start_micro_step(self, boundary: bool) -> None:
+        if self.ddp:  # set before the forward: DDP all-reduces only on the last micro-step of the window
+            self.module.require_backward_grad_sync = boundary
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def full_grads(self, params: list) -> list:
+        return [p.grad for p in params]
+
+    def step(self, boundary: bool) -> float | None:
+        """Clip, update and zero the gradients at the accumulation boundary; returns the gradient norm there."""
+        if not boundary:
+            return None
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def full_state_dict(self) -> dict | None:
+        """The whole model's weights on the master (None elsewhere), for the released layout."""
+        return self.model.state_dict() if self.master else None
+
+    def save_state(self, path: str, step: int) -> None:
+        if self.master:
+            torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": step,
+                        "config": config_to_dict(self.cfg)}, os.path.join(path, "state.pt"))
+
+    def load_state(self, path: str, device: str) -> int:
+        state = torch.load(os.path.join(path, "state.pt"), map_location=device, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        return resumed_step(state)
+
+
+class DeepSpeedBackend:
+    """DeepSpeed ZeRO-3: with dtype=bfloat16, bf16 weights and DeepSpeed's fp32 master copy; parameters,
+    gradients and optimizer state sharded over the ranks; the engine clips and steps at the accumulation
+    boundary; training state in resume/state/ (DeepSpeed's own layout, one shard per rank)."""
+
+    @staticmethod
+    def label(world: int) -> str:
+        return "DeepSpeed ZeRO-3"
+
+    @staticmethod
+    def start_processes(device: str, world: int) -> None:
         if device == "cpu":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         if "RANK" not in os.environ:  # plain `python train_fastdllm.py`: a world of one, not MPI discovery
@@ -250,67 +300,117 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="localhost", MASTER_PORT=str(port))
         import deepspeed
         deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo", verbose=False)
-    elif world > 1:
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    master = rank == 0
-    grad_accum = cfg.gradient_accumulation_steps
-    if cfg.effective_batch and cfg.batch_size * grad_accum * world != cfg.effective_batch:
-        raise SystemExit(f"train_fastdllm.py: batch_size {cfg.batch_size} x gradient_accumulation_steps {grad_accum} x "
-                         f"{world} processes = {cfg.batch_size * grad_accum * world} sequences per step, but effective_batch="
-                         f"{cfg.effective_batch}; change one of them (or --effective_batch=0 to skip this check)")
-    if master:
-        print_config(cfg)
-        print(f"world {world}, device {device}, {'DeepSpeed ZeRO-3' if use_ds else 'DDP' if world > 1 else 'single process'}, "
-              f"{cfg.batch_size * grad_accum * world} sequences per optimizer step")
-    torch.manual_seed(cfg.seed + rank)
-    random.seed(cfg.seed + rank)
-    noise_gen = torch.Generator().manual_seed(cfg.seed + 1000 + rank)  # SFT masks, per rank
 
-    # ---- model
-    use_relay = cfg.objective in ("relay_sg", "relay")
-    try:
-        parent_dir = None  # the parent's remote code (*.py) is copied next to every saved checkpoint
-        if cfg.init_from == "tiny":
-            model, tokenizer = make_tiny_fastdllm(use_relay=use_relay, seed=cfg.seed, bd_size=cfg.bd_size), make_tiny_tokenizer()
-        else:
-            parent_dir = resolve_checkpoint(cfg.init_from)
-            model, tokenizer = load_fastdllm(parent_dir, use_relay=use_relay, dtype=torch.float32)
-    except ValueError as e:
-        raise SystemExit(f"train_fastdllm.py: {e}")
-    if model.config.bd_size != cfg.bd_size:
-        raise SystemExit(f"train_fastdllm.py: the checkpoint's bd_size is {model.config.bd_size} but bd_size={cfg.bd_size}")
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    # DeepSpeed bf16 keeps fp32 master weights itself; without DeepSpeed the weights stay fp32 and
-    # bf16 autocast runs the matmuls
-    if use_ds and cfg.dtype == "bfloat16":
-        model.to(torch.bfloat16)
-    model.to(device)
-    autocast = (torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if (not use_ds and cfg.dtype == "bfloat16")
-                else torch.autocast("cpu", enabled=False))
-    n_params = sum(p.numel() for p in model.parameters())
-    if master:
-        print(f"{n_params / 1e6:.2f}M parameters, relay LayerNorm: {'yes' if model.relay_layer_norm is not None else 'no'}")
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps,
-                                  weight_decay=cfg.weight_decay)
-    if use_ds:
-        engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=deepspeed_config(cfg, grad_accum))
-        fwd = engine
+    def __init__(self, cfg: TrainConfig, model, device: str, rank: int, world: int, local_rank: int):
+        import deepspeed
+        self.model, self.master = model, rank == 0
+        if cfg.dtype == "bfloat16":
+            model.to(torch.bfloat16)  # DeepSpeed bf16 keeps the fp32 master weights itself
+        model.to(device)
+        self.autocast = torch.autocast("cpu", enabled=False)
+        n_params = sum(p.numel() for p in model.parameters())
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=make_optimizer(cfg, model),
+                                                                 config=deepspeed_config(cfg, cfg.gradient_accumulation_steps))
+        self.module = self.engine
         # proof of sharding: outside a forward each ZeRO-3 rank holds only its slice of every parameter
         local = torch.tensor([sum(p.ds_tensor.numel() for p in model.parameters())], dtype=torch.long)
         held = [torch.zeros_like(local) for _ in range(world)]
         dist.all_gather(held, local)
-        if master:
+        if self.master:
             print(f"ZeRO-3 parameter elements held per rank: {[int(h) for h in held]} of {n_params} "
                   f"(whole tensors left on the ranks: {sum(p.data.numel() for p in model.parameters())})")
-    elif world > 1:
-        fwd = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if device.startswith("cuda") else None)
-    else:
-        fwd = model
-    relay_params = list(model.relay_layer_norm.parameters()) if model.relay_layer_norm is not None else []
+        self.config = config_to_dict(cfg)
 
-    # ---- data
+    def start_micro_step(self, boundary: bool) -> None:
+        pass  # the engine counts micro-steps itself
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss, scale_wrt_gas=False)  # our loss is already scaled for the window
+
+    def full_grads(self, params: list) -> list:
+        from deepspeed.utils import safe_get_full_grad
+        return [safe_get_full_grad(p) for p in params]
+
+    def step(self, boundary: bool) -> float | None:
+        self.engine.step()  # applies the update (with clipping) only at the accumulation boundary
+        return float(self.engine.get_global_grad_norm() or 0.0) if boundary else None
+
+    def full_state_dict(self) -> dict | None:
+        return self.engine._zero3_consolidated_16bit_state_dict()  # collective: every rank calls it
+
+    def save_state(self, path: str, step: int) -> None:
+        self.engine.save_checkpoint(path, tag="state", client_state={"step": step, "config": self.config})
+
+    def load_state(self, path: str, device: str) -> int:
+        _, client = self.engine.load_checkpoint(path, tag="state")
+        return resumed_step(client)
+
+
+def make_optimizer(cfg: TrainConfig, model) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps,
+                             weight_decay=cfg.weight_decay)
+
+
+def resumed_step(state: dict) -> int:
+    return state["step"] if "step" in state else state["iter_num"]  # "iter_num": resume/ written before the rename
+
+
+# -----------------------------------------------------------------------------
+# setup / step / save
+
+
+@dataclass
+class Run:
+    """Everything the loop needs, built once by setup()."""
+    cfg: TrainConfig
+    rank: int
+    world: int
+    device: str
+    backend: TorchBackend | DeepSpeedBackend
+    model: torch.nn.Module  # the unwrapped model (config, relay LayerNorm, saving)
+    tokenizer: object
+    parent_dir: str | None  # the parent's remote code (*.py) is copied next to every saved checkpoint
+    batches: Batches
+    seq_len: int
+    buffer: RolloutBuffer | None
+    policy: object
+    noise_gen: torch.Generator
+    relay_params: list
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def resume_dir(self) -> str:
+        return os.path.join(self.cfg.out_dir, "resume")
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        x0, maskable = collate(self.batches.next(), self.tokenizer.pad_token_id, self.cfg.bd_size, self.seq_len)
+        return x0.to(self.device), maskable.to(self.device)
+
+
+def parse_config(argv: list[str] | None) -> TrainConfig:
+    try:
+        cfg = load_config(TrainConfig, argv)
+    except ConfigError as e:
+        raise SystemExit(f"train_fastdllm.py: {e}")
+    if cfg.objective not in OBJECTIVES:
+        raise SystemExit(f"train_fastdllm.py: objective must be one of {OBJECTIVES}, got {cfg.objective!r}")
+    if cfg.dtype not in ("bfloat16", "float32"):
+        raise SystemExit(f"train_fastdllm.py: dtype must be bfloat16 or float32, got {cfg.dtype!r}")
+    if cfg.device not in ("auto", "cpu", "cuda", "mps"):
+        raise SystemExit(f"train_fastdllm.py: device must be auto, cpu, cuda or mps, got {cfg.device!r}")
+    if cfg.device == "mps" and cfg.deepspeed:
+        raise SystemExit("train_fastdllm.py: DeepSpeed does not run on mps; pass --deepspeed= (one process) or --device=cpu")
+    if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
+        raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
+    if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
+    return cfg
+
+
+def load_rows(cfg: TrainConfig, tokenizer, master: bool) -> list:
     try:
         convs = toy_conversations(512, seed=0) if cfg.data == "toy" else read_jsonl(cfg.data)
     except FileNotFoundError:
@@ -323,140 +423,185 @@ def main(argv: list[str] | None = None) -> None:
         if any(sup):  # left truncation can cut away a whole answer
             # compact tensors: 60k rows as Python int lists would take gigabytes per rank
             rows.append((torch.tensor(ids, dtype=torch.int32), torch.tensor(sup, dtype=torch.bool)))
+    return rows
+
+
+def setup(cfg: TrainConfig) -> Run:
+    """Processes, model (wrapped by the backend), data, rollout buffer."""
+    Backend = DeepSpeedBackend if cfg.deepspeed else TorchBackend
+    device = pick_device(cfg.device, allow_mps=not cfg.deepspeed)  # DeepSpeed has no MPS accelerator here
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    Backend.start_processes(device, world)
+    master = rank == 0
+    grad_accum = cfg.gradient_accumulation_steps
+    if cfg.effective_batch and cfg.batch_size * grad_accum * world != cfg.effective_batch:
+        raise SystemExit(f"train_fastdllm.py: batch_size {cfg.batch_size} x gradient_accumulation_steps {grad_accum} x "
+                         f"{world} processes = {cfg.batch_size * grad_accum * world} sequences per step, but effective_batch="
+                         f"{cfg.effective_batch}; change one of them (or --effective_batch=0 to skip this check)")
+    if master:
+        print_config(cfg)
+        print(f"world {world}, device {device}, {Backend.label(world)}, {cfg.batch_size * grad_accum * world} sequences per optimizer step")
+    torch.manual_seed(cfg.seed + rank)
+    random.seed(cfg.seed + rank)
+    noise_gen = torch.Generator().manual_seed(cfg.seed + 1000 + rank)  # SFT masks, per rank
+
+    # model
+    use_relay = cfg.objective in ("relay_sg", "relay")
+    try:
+        parent_dir = None
+        if cfg.init_from == "tiny":
+            model, tokenizer = make_tiny_fastdllm(use_relay=use_relay, seed=cfg.seed, bd_size=cfg.bd_size), make_tiny_tokenizer()
+        else:
+            parent_dir = resolve_checkpoint(cfg.init_from)
+            model, tokenizer = load_fastdllm(parent_dir, use_relay=use_relay, dtype=torch.float32)
+    except ValueError as e:
+        raise SystemExit(f"train_fastdllm.py: {e}")
+    if model.config.bd_size != cfg.bd_size:
+        raise SystemExit(f"train_fastdllm.py: the checkpoint's bd_size is {model.config.bd_size} but bd_size={cfg.bd_size}")
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if master:
+        print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
+              f"relay LayerNorm: {'yes' if model.relay_layer_norm is not None else 'no'}")
+    backend = Backend(cfg, model, device, rank, world, local_rank)
+    relay_params = list(model.relay_layer_norm.parameters()) if model.relay_layer_norm is not None else []
+
+    # data
+    rows = load_rows(cfg, tokenizer, master)
     if tokenizer.pad_token_id is None:
         raise SystemExit("train_fastdllm.py: the tokenizer has no pad token; Fast-dLLM v2 pads with <|endoftext|>")
     try:
         batches = Batches(rows, cfg.batch_size, rank, world, cfg.seed)
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
-    pad_id = tokenizer.pad_token_id
     mask_id = model.config.mask_token_id
     buffer = RolloutBuffer(cfg.batch_size, mask_id=mask_id) if cfg.objective != "sft" else None
     policy = partial(block_confidence_unmask, threshold=cfg.threshold, block_size=cfg.bd_size)
-
     # One length for the whole run (the longest row, as a multiple of bd_size): the rollout buffer keeps
     # rows across steps. The authors pad to 2048; blocks made only of padding change no loss.
     seq_len = max(len(ids) for ids, _ in rows)
+    return Run(cfg, rank, world, device, backend, model, tokenizer, parent_dir, batches, seq_len, buffer, policy,
+               noise_gen, relay_params)
 
-    def next_batch():
-        x0, maskable = collate(batches.next(), pad_id, cfg.bd_size, seq_len)
-        return x0.to(device), maskable.to(device)
 
-    # ---- resume
-    iter_num = 0
-    resume_dir = os.path.join(cfg.out_dir, "resume")
-    if cfg.resume:
-        if not os.path.isdir(resume_dir):
-            raise SystemExit(f"train_fastdllm.py: --resume=True but {resume_dir} does not exist")
-        if use_ds:
-            _, client = engine.load_checkpoint(resume_dir, tag="state")
-            iter_num = client["iter_num"]
-        else:
-            state = torch.load(os.path.join(resume_dir, "state.pt"), map_location=device, weights_only=False)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            iter_num = state["iter_num"]
-        mine = torch.load(os.path.join(resume_dir, f"rank{rank}.pt"), weights_only=False)
-        if mine["world"] != world:
-            raise SystemExit(f"train_fastdllm.py: the checkpoint was written by {mine['world']} processes, this run has {world}")
-        torch.set_rng_state(mine["torch_rng"])
-        noise_gen.set_state(mine["noise_rng"])
-        batches.load_state_dict(mine["data"])
-        if buffer is not None and mine["buffer"] is not None:
-            buffer.load_state_dict({k: (v.to(device) if v is not None else None) for k, v in mine["buffer"].items()})
-        if master:
-            print(f"resumed from {resume_dir} at step {iter_num}")
+def load_resume(run: Run) -> int:
+    """Restore out_dir/resume (weights, optimizer, RNG, data position, rollout buffer); returns the step."""
+    if not os.path.isdir(run.resume_dir):
+        raise SystemExit(f"train_fastdllm.py: --resume=True but {run.resume_dir} does not exist")
+    step = run.backend.load_state(run.resume_dir, run.device)
+    mine = torch.load(os.path.join(run.resume_dir, f"rank{run.rank}.pt"), weights_only=False)
+    if mine["world"] != run.world:
+        raise SystemExit(f"train_fastdllm.py: the checkpoint was written by {mine['world']} processes, this run has {run.world}")
+    torch.set_rng_state(mine["torch_rng"])
+    run.noise_gen.set_state(mine["noise_rng"])
+    run.batches.load_state_dict(mine["data"])
+    if run.buffer is not None and mine["buffer"] is not None:
+        run.buffer.load_state_dict({k: (v.to(run.device) if v is not None else None) for k, v in mine["buffer"].items()})
+    if run.master:
+        print(f"resumed from {run.resume_dir} at step {step}")
+    return step
 
-    def save(it: int) -> None:
-        # loadable model in the released layout
-        sd = engine._zero3_consolidated_16bit_state_dict() if use_ds else (model.state_dict() if master else None)
-        if master:
-            save_fastdllm(model, tokenizer, os.path.join(cfg.out_dir, f"ckpt-{it}"), state_dict=sd, remote_code_dir=parent_dir)
-        # training state; written next to the old one and swapped in once complete
-        tmp = resume_dir + ".tmp"
-        if master:
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-        if world > 1:
-            dist.barrier()
-        if use_ds:
-            engine.save_checkpoint(tmp, tag="state", client_state={"iter_num": it})
-        elif master:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iter_num": it,
-                        "config": config_to_dict(cfg)}, os.path.join(tmp, "state.pt"))
-        torch.save({"world": world, "torch_rng": torch.get_rng_state(), "noise_rng": noise_gen.get_state(),
-                    "data": batches.state_dict(),
-                    "buffer": {k: (v.cpu() if v is not None else None) for k, v in buffer.state_dict().items()} if buffer else None},
-                   os.path.join(tmp, f"rank{rank}.pt"))
-        if world > 1:
-            dist.barrier()
-        if master:
-            shutil.rmtree(resume_dir, ignore_errors=True)
-            os.replace(tmp, resume_dir)
-            print(f"saved {cfg.out_dir}/ckpt-{it} and {resume_dir}")
-        if world > 1:
-            dist.barrier()
 
-    # ---- training loop
-    fwd.train()
-    t0, tokens_seen = time.time(), 0
-    while iter_num < cfg.max_iters:
-        lr = get_lr(iter_num, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        window = [next_batch() for _ in range(grad_accum)] if cfg.objective == "sft" else None
-        # the SFT token mean runs over the whole accumulation window, as the authors' num_items_in_batch
-        n_window = sum(int(m.sum()) for _, m in window) if window else 0
-        loss_sum, l1_sum, l2_sum = 0.0, 0.0, 0.0
-        for micro in range(grad_accum):
-            boundary = micro == grad_accum - 1
-            if world > 1 and not use_ds:
-                fwd.require_backward_grad_sync = boundary  # all-reduce only on the last micro-step
-            with autocast:
-                x0, maskable = window[micro] if cfg.objective == "sft" else next_batch()
-                loss, out = micro_step_loss(fwd, cfg.objective, x0, maskable, buffer, n_window, grad_accum, cfg.bd_size,
-                                            mask_id, model.config.hidden_size, cfg.K, policy, noise_gen)
-                loss_sum += loss.item()
-                if out is not None:
-                    l1_sum += out.step_losses[0].item() / grad_accum
-                    l2_sum += out.step_losses[-1].item() / grad_accum
-            tokens_seen += x0.numel() * world  # sequence tokens incl. padding, before the [x_t || x_0] doubling
-            if use_ds:
-                engine.backward(loss, scale_wrt_gas=False)  # our loss is already scaled for the window
-            else:
-                loss.backward()
-            if boundary:
-                # relay-gradient share: how much of the update reaches the relay LayerNorm
-                if use_ds:
-                    from deepspeed.utils import safe_get_full_grad
-                    grads = [safe_get_full_grad(p) for p in relay_params]
-                else:
-                    grads = [p.grad for p in relay_params]
-                relay_norm = math.sqrt(sum(float(g.float().pow(2).sum()) for g in grads if g is not None)) if grads else 0.0
-            if use_ds:
-                engine.step()  # applies the update (with clipping) only at the accumulation boundary
-            elif boundary:
-                total_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else float("inf")))
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-        if use_ds:
-            total_norm = float(engine.get_global_grad_norm() or 0.0)
-        iter_num += 1
-        if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters:
-            stats = torch.tensor([loss_sum, l1_sum, l2_sum], dtype=torch.float64)
-            if world > 1:
-                dist.all_reduce(stats)
-                stats /= world
-            if master:
-                dt = time.time() - t0
-                extra = f" L1 {stats[1]:.4f} L2 {stats[2]:.4f}" if cfg.objective != "sft" else ""
-                share = f" relay-grad {relay_norm / total_norm:.2e}" if relay_params and total_norm > 0 else ""
-                print(f"iter {iter_num}: loss {stats[0]:.4f}{extra} lr {lr:.2e} grad-norm {total_norm:.3f}{share} "
-                      f"{tokens_seen / dt:.0f} tok/s", flush=True)
-            t0, tokens_seen = time.time(), 0
-        if (cfg.save_interval > 0 and iter_num % cfg.save_interval == 0) or iter_num == cfg.max_iters:
-            save(iter_num)
-    if world > 1:
+def train_step(run: Run, step: int) -> dict:
+    """One optimizer step: grad_accum micro-steps of micro_step_loss, then the update. Returns what is logged."""
+    cfg, backend = run.cfg, run.backend
+    grad_accum = cfg.gradient_accumulation_steps
+    lr = lr_at(step, cfg)
+    for group in backend.optimizer.param_groups:
+        group["lr"] = lr
+    window = [run.next_batch() for _ in range(grad_accum)] if cfg.objective == "sft" else None
+    # the SFT token mean runs over the whole accumulation window, as the authors' num_items_in_batch
+    n_window = sum(int(m.sum()) for _, m in window) if window else 0
+    loss_sum, l1_sum, l2_sum, tokens = 0.0, 0.0, 0.0, 0
+    for micro in range(grad_accum):
+        boundary = micro == grad_accum - 1
+        backend.start_micro_step(boundary)
+        with backend.autocast:
+            x0, maskable = window[micro] if cfg.objective == "sft" else run.next_batch()
+            loss, out = micro_step_loss(backend.module, cfg.objective, x0, maskable, run.buffer, n_window, grad_accum,
+                                        cfg.bd_size, run.model.config.mask_token_id, run.model.config.hidden_size, cfg.K,
+                                        run.policy, run.noise_gen)
+            loss_sum += loss.item()
+            if out is not None:
+                l1_sum += out.step_losses[0].item() / grad_accum
+                l2_sum += out.step_losses[-1].item() / grad_accum
+        tokens += x0.numel() * run.world  # sequence tokens incl. padding, before the [x_t || x_0] doubling
+        backend.backward(loss)
+        if boundary:
+            # relay-gradient share: how much of the update reaches the relay LayerNorm
+            grads = backend.full_grads(run.relay_params)
+            relay_norm = math.sqrt(sum(float(g.float().pow(2).sum()) for g in grads if g is not None)) if grads else 0.0
+        grad_norm = backend.step(boundary)
+    return {"lr": lr, "loss": loss_sum, "l1": l1_sum, "l2": l2_sum, "grad_norm": grad_norm, "relay_norm": relay_norm,
+            "tokens": tokens}
+
+
+def log_step(run: Run, step: int, stats: dict, seconds: float, tokens: int) -> None:
+    """Print the step's losses, averaged over the ranks (a collective: every rank calls it)."""
+    losses = torch.tensor([stats["loss"], stats["l1"], stats["l2"]], dtype=torch.float64)
+    if run.world > 1:
+        dist.all_reduce(losses)
+        losses /= run.world
+    if run.master:
+        extra = f" L1 {losses[1]:.4f} L2 {losses[2]:.4f}" if run.cfg.objective != "sft" else ""
+        grad_norm, relay_norm = stats["grad_norm"], stats["relay_norm"]
+        share = f" relay-grad {relay_norm / grad_norm:.2e}" if run.relay_params and grad_norm > 0 else ""
+        print(f"iter {step}: loss {losses[0]:.4f}{extra} lr {stats['lr']:.2e} grad-norm {grad_norm:.3f}{share} "
+              f"{tokens / seconds:.0f} tok/s", flush=True)
+
+
+def save(run: Run, step: int) -> None:
+    """out_dir/ckpt-<step>/ in the released layout, then out_dir/resume/ (written to resume.tmp and
+    swapped in once complete, so a crash keeps the previous one)."""
+    cfg = run.cfg
+    state_dict = run.backend.full_state_dict()
+    if run.master:
+        save_fastdllm(run.model, run.tokenizer, os.path.join(cfg.out_dir, f"ckpt-{step}"), state_dict=state_dict,
+                      remote_code_dir=run.parent_dir)
+    tmp = run.resume_dir + ".tmp"
+    if run.master:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    if run.world > 1:
+        dist.barrier()
+    run.backend.save_state(tmp, step)
+    buffer = run.buffer
+    torch.save({"world": run.world, "torch_rng": torch.get_rng_state(), "noise_rng": run.noise_gen.get_state(),
+                "data": run.batches.state_dict(),
+                "buffer": {k: (v.cpu() if v is not None else None) for k, v in buffer.state_dict().items()} if buffer else None},
+               os.path.join(tmp, f"rank{run.rank}.pt"))
+    if run.world > 1:
+        dist.barrier()
+    if run.master:
+        shutil.rmtree(run.resume_dir, ignore_errors=True)
+        os.replace(tmp, run.resume_dir)
+        print(f"saved {cfg.out_dir}/ckpt-{step} and {run.resume_dir}")
+    if run.world > 1:
+        dist.barrier()
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(argv)
+    run = setup(cfg)
+    step = load_resume(run) if cfg.resume else 0
+    run.backend.module.train()
+    t0, tokens = time.time(), 0
+    while step < cfg.max_iters:
+        stats = train_step(run, step)
+        tokens += stats["tokens"]
+        step += 1
+        if step % cfg.log_interval == 0 or step == cfg.max_iters:
+            log_step(run, step, stats, time.time() - t0, tokens)
+            t0, tokens = time.time(), 0
+        if (cfg.save_interval > 0 and step % cfg.save_interval == 0) or step == cfg.max_iters:
+            save(run, step)
+    if run.world > 1:
         dist.barrier()
         dist.destroy_process_group()
 

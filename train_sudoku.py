@@ -8,8 +8,8 @@
     python train_sudoku.py config/cpu_relay.py --init_from=out/cpu_mlm   # adapt an MLM checkpoint
     torchrun --standalone --nproc_per_node=2 train_sudoku.py config/cpu_mlm.py   # DDP
 
-Config: the TrainConfig fields below (preset files + --key=value, see configurator.py). The loop is
-explicit: AdamW, linear warmup then constant, clip, EMA of the weights (used for evaluation and
+Config: the TrainConfig fields below (preset files + --key=value, see configurator.py). The loop
+(train_locked: setup -> train_step -> evaluate / save) is explicit: AdamW, linear warmup then constant, clip, EMA of the weights (used for evaluation and
 saved), validation by confidence decoding at tau=0.15 every eval_interval steps, atomic checkpoints
 that hold everything needed to resume bit-exactly on CPU. A run holds out_dir locked, never starts
 afresh over another run (--overwrite=True to replace one), refuses changed hyperparameters on resume
@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from configurator import ConfigError, config_to_dict, load_config, print_config
+from devices import pick_device
 from model import ModelConfig, SudokuTransformer
 from relay import RolloutBuffer, mlm_loss, mlm_masking, rollout_loss, threshold_policy
 from sudoku_decode import decode_boards
@@ -305,14 +306,6 @@ def model_config(cfg: TrainConfig) -> ModelConfig:
                        pos_emb=cfg.pos_emb)
 
 
-def pick_device(name: str) -> str:
-    if name != "auto":
-        return name
-    if torch.cuda.is_available():
-        return "cuda"
-    return "mps" if torch.backends.mps.is_available() else "cpu"
-
-
 def cpu_has_fast_bf16() -> bool:
     """Linux: does the CPU have bf16 matmul instructions? Without them bf16 autocast is several times slower."""
     try:
@@ -565,7 +558,48 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
             os.rmdir(cfg.out_dir)  # failed before writing anything: leave no trace
 
 
-def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
+@dataclass
+class Run:
+    """What the loop works on, built by setup(): processes, data, model, optimizer and the run's position."""
+    cfg: TrainConfig
+    device: str
+    rank: int
+    world: int
+    ddp: bool
+    model: torch.nn.Module  # what the loop calls: compiled and/or DDP-wrapped
+    raw_model: SudokuTransformer  # what is saved, averaged and evaluated
+    mcfg: ModelConfig
+    optimizer: torch.optim.Optimizer
+    ema: EMA | None
+    buffer: RolloutBuffer | None
+    gen: torch.Generator  # data noise (MLM masks, tau): the same stream on every rank
+    policy: object
+    forward: object  # (z, h) -> (logits, h_out) under autocast; set once the model is wrapped
+    reduce: object  # DDP token-count reduction for the losses, or None
+    x0_all: torch.Tensor
+    q_all: torch.Tensor
+    val_q: torch.Tensor | None
+    val_a: torch.Tensor | None
+    order: BatchOrder
+    run_config: dict
+    ckpt_path: str
+    log_path: str
+    wandb: object  # the wandb module when logging there, else None
+    step: int = 0
+    pos: int = 0  # samples drawn so far: the position in BatchOrder
+    train_seconds: float = 0.0
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def local_bs(self) -> int:
+        return self.cfg.batch_size // self.world
+
+
+def start_processes(cfg: TrainConfig) -> tuple[str, int, int, bool]:
+    """The device and (rank, world) of this process; under torchrun, joins the DDP process group."""
     ddp = int(os.environ.get("RANK", -1)) != -1
     device = pick_device(cfg.device)
     if ddp:
@@ -577,6 +611,12 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
             dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     else:
         rank, world = 0, 1
+    return device, rank, world, ddp
+
+
+def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
+    """Processes, data, model, optimizer, EMA and rollout buffer, restored from out_dir/ckpt.pt on resume."""
+    device, rank, world, ddp = start_processes(cfg)
     master = rank == 0
     if cfg.batch_size % world:
         raise SystemExit(f"batch_size={cfg.batch_size} must be divisible by the {world} DDP processes")
@@ -593,19 +633,11 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     resume = load_resume(ckpt_path) if cfg.resume else None
     run_config = resume_config(resume, cfg, ckpt_path) if resume is not None else config_to_dict(cfg)
 
-    # data
-    train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
-    x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
-    if master and cfg.eval_puzzles > 0:
-        val_data = val_data if val_data is not None else load_split(cfg.eval_split, cfg.data_dir)
-        val_q = as_tensor(val_data.question)[: cfg.eval_puzzles]
-        val_a = as_tensor(val_data.answer)[: cfg.eval_puzzles]
-    else:
-        val_q = None
+    x0_all, q_all, val_q, val_a = load_data(cfg, train_data, val_data, master)
 
     # model, optimizer, state
     torch.manual_seed(cfg.seed + rank)  # dropout differs per rank
-    gen = torch.Generator().manual_seed(cfg.seed)  # data noise (MLM masks, tau): the same stream on every rank
+    gen = torch.Generator().manual_seed(cfg.seed)
     mcfg = model_config(cfg)
     model = SudokuTransformer(mcfg)
     if resume is not None:
@@ -617,27 +649,17 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
             print(f"init_from {parent['path']} (step {parent['step']}, {'EMA' if parent['ema'] else 'raw'} weights"
                   f"{', relay LayerNorm added at zero' if parent['relay_added'] else ''})")
     model.to(device)
-    raw_model = model
     optimizer = torch.optim.AdamW(optimizer_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
                                   betas=(cfg.beta1, cfg.beta2), fused=device_type == "cuda")
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     buffer = RolloutBuffer(local_bs, MASK, cfg.buffer_init) if cfg.objective != "mlm" else None
-    step, pos, train_seconds = 0, 0, 0.0
+    run = Run(cfg=cfg, device=device, rank=rank, world=world, ddp=ddp, model=model, raw_model=model, mcfg=mcfg,
+              optimizer=optimizer, ema=ema, buffer=buffer, gen=gen,
+              policy=threshold_policy(cfg.train_tau, cfg.train_tau_sigma, gen), forward=None, reduce=None,
+              x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=BatchOrder(len(x0_all), cfg.seed),
+              run_config=run_config, ckpt_path=ckpt_path, log_path=log_path, wandb=None)
     if resume is not None:
-        optimizer.load_state_dict(resume["optimizer"])
-        for group, decay in zip(optimizer.param_groups, (cfg.weight_decay, 0.0)):
-            group.update(betas=(cfg.beta1, cfg.beta2), weight_decay=decay)  # the saved ones, unless allowed to change
-        if ema is not None and resume.get("ema") is not None:
-            ema.load_state_dict(to_device(resume["ema"], device))
-        step, pos, train_seconds = resume["step"], resume["data_pos"], resume.get("train_seconds", 0.0)
-        ranks = resume["rank_state"]
-        if len(ranks) != world:
-            raise SystemExit(f"resume: {ckpt_path} was written by {len(ranks)} processes, now {world}; use the same count")
-        set_rng_state(ranks[rank]["rng"], gen, device)
-        if buffer is not None and ranks[rank]["buffer"] is not None:
-            buffer.load_state_dict(to_device(ranks[rank]["buffer"], device))
-        if master:
-            drop_records_after(log_path, step)
+        restore(run, resume)
     if master:
         if cfg.overwrite:
             remove_run_files(cfg.out_dir)
@@ -645,7 +667,7 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         if use_bf16 and device_type == "cpu" and not cpu_has_fast_bf16():
             print("warning: dtype=bfloat16 on a CPU without avx512_bf16/amx_bf16 is several times slower than "
                   "float32 here; use --dtype=float32")
-        print(f"{raw_model.num_params():,} parameters | device {device} | {'bf16 autocast' if use_bf16 else 'fp32'}"
+        print(f"{model.num_params():,} parameters | device {device} | {'bf16 autocast' if use_bf16 else 'fp32'}"
               f" | {world} process(es) | {len(x0_all):,} training puzzles")
     if cfg.compile:
         model = torch.compile(model)
@@ -658,90 +680,139 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         n = n.clone()
         dist.all_reduce(n)
         return n / world
-    reduce = reduce_count if ddp else None
-    policy = threshold_policy(cfg.train_tau, cfg.train_tau_sigma, gen)
-    variant = cfg.objective
 
-    def step_fn(z, h):
+    def forward(z, h):
         with amp:
             return model(z, h)
 
-    wandb = None
+    run.model, run.forward, run.reduce = model, forward, reduce_count if ddp else None
     if cfg.wandb_log and master:
         try:
             import wandb
         except ImportError:
             raise SystemExit("wandb_log=True needs the wandb package: pip install wandb (or drop --wandb_log)") from None
         wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name or None, config=run_config)
+        run.wandb = wandb
+    return run
 
-    def evaluate() -> dict:
-        if val_q is None:
-            return {}
-        m = raw_model
-        if ema is not None:
-            m = copy.deepcopy(raw_model)  # deepcopy draws no random numbers: resume stays exact
-            ema.copy_to(m)
-        return validate(m, val_q, val_a, cfg)
 
-    def save(metrics: dict) -> None:
-        rank_state = {"rng": rng_state(gen, device), "buffer": to_device(buffer.state_dict(), "cpu") if buffer else None}
-        ranks = [None] * world
-        if ddp:
-            dist.all_gather_object(ranks, rank_state)
-        else:
-            ranks = [rank_state]
-        if master:
-            save_checkpoint({"model": raw_model.state_dict(), "model_config": asdict(mcfg), "config": run_config,
-                             "ema": ema.state_dict() if ema else None, "optimizer": optimizer.state_dict(),
-                             "step": step, "data_pos": pos, "train_seconds": train_seconds, "rank_state": ranks,
-                             "metrics": metrics}, ckpt_path)
+def load_data(cfg: TrainConfig, train_data, val_data, master: bool) -> tuple:
+    """Training answers and questions, and (on the master, when validating) the first eval_puzzles of eval_split."""
+    train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
+    x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
+    val_q = val_a = None
+    if master and cfg.eval_puzzles > 0:
+        val_data = val_data if val_data is not None else load_split(cfg.eval_split, cfg.data_dir)
+        val_q = as_tensor(val_data.question)[: cfg.eval_puzzles]
+        val_a = as_tensor(val_data.answer)[: cfg.eval_puzzles]
+    return x0_all, q_all, val_q, val_a
 
-    def log(record: dict) -> None:
-        with open(log_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if wandb is not None:
-            wandb.log(record, step=record["step"])
 
-    order = BatchOrder(len(x0_all), cfg.seed)
-    model.train()
+def restore(run: Run, resume: dict) -> None:
+    """Resume: optimizer, EMA, step, data position, training time, this rank's RNG and rollout buffer."""
+    cfg, device = run.cfg, run.device
+    run.optimizer.load_state_dict(resume["optimizer"])
+    for group, decay in zip(run.optimizer.param_groups, (cfg.weight_decay, 0.0)):
+        group.update(betas=(cfg.beta1, cfg.beta2), weight_decay=decay)  # the saved ones, unless allowed to change
+    if run.ema is not None and resume.get("ema") is not None:
+        run.ema.load_state_dict(to_device(resume["ema"], device))
+    run.step, run.pos, run.train_seconds = resume["step"], resume["data_pos"], resume.get("train_seconds", 0.0)
+    ranks = resume["rank_state"]
+    if len(ranks) != run.world:
+        raise SystemExit(f"resume: {run.ckpt_path} was written by {len(ranks)} processes, now {run.world}; use the same count")
+    set_rng_state(ranks[run.rank]["rng"], run.gen, device)
+    if run.buffer is not None and ranks[run.rank]["buffer"] is not None:
+        run.buffer.load_state_dict(to_device(ranks[run.rank]["buffer"], device))
+    if run.master:
+        drop_records_after(run.log_path, run.step)
+
+
+def train_step(run: Run) -> tuple[float, torch.Tensor, int]:
+    """One optimizer step on the next global batch; returns (lr, loss, puzzles new to the rollout buffer)."""
+    cfg, device, buffer = run.cfg, run.device, run.buffer
+    lr = lr_at(run.step, cfg)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    rows = run.order.rows(run.pos, cfg.batch_size)
+    run.pos += cfg.batch_size
+    mine = slice(run.rank * run.local_bs, (run.rank + 1) * run.local_bs)
+    x0 = run.x0_all[rows].long()
+    maskable = run.q_all[rows] == MASK  # clues are the given cells
+    new = 0
+    if cfg.objective == "mlm":
+        masked = mlm_masking(maskable=maskable, generator=run.gen)[mine]  # drawn for the global batch: identical under DDP
+        loss = mlm_loss(run.forward, x0[mine].to(device), maskable=maskable[mine].to(device), mask_id=MASK,
+                        masked=masked.to(device), reduce_count=run.reduce)
+    else:
+        new = buffer.refill(x0[mine].to(device), maskable[mine].to(device), run.gen)
+        if cfg.objective != "rollout" and buffer.h is None:
+            # explicit zeros rather than None, so the relay LN takes part in every step (DDP needs that)
+            buffer.h = torch.zeros(run.local_bs, 81, cfg.n_embd, device=device)
+        out = rollout_loss(run.forward, buffer, K=cfg.K, variant=cfg.objective, policy=run.policy, mask_id=MASK,
+                           reduce_count=run.reduce)
+        loss = out.loss
+    loss.backward()
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), cfg.grad_clip)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    if run.ema is not None:
+        run.ema.update(run.raw_model)
+    run.step += 1
+    return lr, loss.detach(), new
+
+
+def evaluate(run: Run) -> dict:
+    """Validation metrics of the EMA weights (the raw ones without EMA); {} when validation is off."""
+    if run.val_q is None:
+        return {}
+    m = run.raw_model
+    if run.ema is not None:
+        m = copy.deepcopy(run.raw_model)  # deepcopy draws no random numbers: resume stays exact
+        run.ema.copy_to(m)
+    return validate(m, run.val_q, run.val_a, run.cfg)
+
+
+def save(run: Run, metrics: dict) -> None:
+    """out_dir/ckpt.pt: everything a bit-exact resume needs, every rank's RNG and rollout buffer included."""
+    buffer = run.buffer
+    rank_state = {"rng": rng_state(run.gen, run.device), "buffer": to_device(buffer.state_dict(), "cpu") if buffer else None}
+    ranks = [None] * run.world
+    if run.ddp:
+        dist.all_gather_object(ranks, rank_state)
+    else:
+        ranks = [rank_state]
+    if run.master:
+        save_checkpoint({"model": run.raw_model.state_dict(), "model_config": asdict(run.mcfg), "config": run.run_config,
+                         "ema": run.ema.state_dict() if run.ema else None, "optimizer": run.optimizer.state_dict(),
+                         "step": run.step, "data_pos": run.pos, "train_seconds": run.train_seconds, "rank_state": ranks,
+                         "metrics": metrics}, run.ckpt_path)
+
+
+def log(run: Run, record: dict) -> None:
+    with open(run.log_path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    if run.wandb is not None:
+        run.wandb.log(record, step=record["step"])
+
+
+def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
+    run = setup(cfg, train_data, val_data)
+    device_type, world = run.device.split(":")[0], run.world
+    run.model.train()
     metrics: dict = {}
     t0, loss_acc, n_acc, new_acc, log_seconds = time.time(), 0.0, 0, 0, 0.0
-    done = step >= cfg.max_iters or (cfg.max_minutes > 0 and train_seconds >= 60 * cfg.max_minutes)
+    done = run.step >= cfg.max_iters or (cfg.max_minutes > 0 and run.train_seconds >= 60 * cfg.max_minutes)
     while not done:
-        lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        rows = order.rows(pos, cfg.batch_size)
-        pos += cfg.batch_size
-        mine = slice(rank * local_bs, (rank + 1) * local_bs)
-        x0 = x0_all[rows].long()
-        maskable = q_all[rows] == MASK  # clues are the given cells
-        if cfg.objective == "mlm":
-            masked = mlm_masking(maskable=maskable, generator=gen)[mine]  # drawn for the global batch: identical under DDP
-            loss = mlm_loss(step_fn, x0[mine].to(device), maskable=maskable[mine].to(device), mask_id=MASK,
-                            masked=masked.to(device), reduce_count=reduce)
-        else:
-            new_acc += buffer.refill(x0[mine].to(device), maskable[mine].to(device), gen)
-            if variant != "rollout" and buffer.h is None:
-                # explicit zeros rather than None, so the relay LN takes part in every step (DDP needs that)
-                buffer.h = torch.zeros(local_bs, 81, cfg.n_embd, device=device)
-            out = rollout_loss(step_fn, buffer, K=cfg.K, variant=variant, policy=policy, mask_id=MASK,
-                               reduce_count=reduce)
-            loss = out.loss
-        loss.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema.update(raw_model)
-        step += 1
-        loss_acc += loss.detach()
+        lr, loss, new = train_step(run)
+        step = run.step
+        loss_acc += loss
         n_acc += 1
+        new_acc += new
         done = step >= cfg.max_iters
         if cfg.max_minutes > 0:
-            out_of_time = torch.tensor(float(train_seconds + time.time() - t0 >= 60 * cfg.max_minutes))
-            if ddp:  # every rank must stop at the same step
+            out_of_time = torch.tensor(float(run.train_seconds + time.time() - t0 >= 60 * cfg.max_minutes))
+            if run.ddp:  # every rank must stop at the same step
                 dist.all_reduce(out_of_time, op=dist.ReduceOp.MAX)
             done = done or bool(out_of_time)
 
@@ -751,34 +822,34 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
             if device_type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.time() - t0
-            train_seconds += elapsed
+            run.train_seconds += elapsed
             log_seconds += elapsed
         if log_now:
             loss_val = (loss_acc / n_acc).item()  # the only host sync per log interval
             dt = log_seconds / n_acc
             record = {"step": step, "loss": round(loss_val, 5), "lr": lr, "ms_per_step": round(1000 * dt, 1),
-                      "puzzles_per_s": round(cfg.batch_size / dt, 1), "train_seconds": round(train_seconds, 2)}
+                      "puzzles_per_s": round(cfg.batch_size / dt, 1), "train_seconds": round(run.train_seconds, 2)}
             line = f"step {step} | loss {loss_val:.4f} | lr {lr:.2e} | {1000 * dt:.0f} ms/step | {cfg.batch_size / dt:.0f} puzzles/s"
-            if buffer is not None:
+            if run.buffer is not None:
                 record["new_puzzles_per_step"] = float(new_acc) * world / n_acc
                 line += f" | {record['new_puzzles_per_step']:.1f} new puzzles/step"
-            if master:
+            if run.master:
                 print(line, flush=True)
-                log(record)
+                log(run, record)
             loss_acc, n_acc, new_acc, log_seconds = 0.0, 0, 0, 0.0
         if eval_now:
-            if master:
+            if run.master:
                 t_eval = time.time()
-                metrics = {"step": step} | evaluate()
+                metrics = {"step": step} | evaluate(run)
                 if "exact" in metrics:
                     print(f"step {step} | val exact {metrics['exact']:.4f} | token acc {metrics['token_acc']:.4f} | "
                           f"nfe {metrics['nfe']:.2f} | "
                           f"batch nfe {metrics['batch_nfe']:.2f} | {time.time() - t_eval:.1f} s", flush=True)
-                    log({f"val/{k}" if k != "step" else k: v for k, v in metrics.items()})
-            save(metrics)
+                    log(run, {f"val/{k}" if k != "step" else k: v for k, v in metrics.items()})
+            save(run, metrics)
         if log_now or eval_now:
             t0 = time.time()  # evaluation, logging and saving do not count as training time
-    if ddp:
+    if run.ddp:
         dist.barrier()
     return metrics
 

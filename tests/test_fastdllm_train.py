@@ -191,11 +191,28 @@ def test_resume_continues_the_run_exactly(tmp_path, capsys):
         torch.testing.assert_close(v, b.state_dict()[k], rtol=0, atol=0)
 
 
+def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, capsys):
+    """resume/state.pt once stored the step as "iter_num"; such a directory still resumes exactly.
+    Checked: fails with KeyError when resumed_step reads only "step"."""
+    os.chdir(ROOT)
+    _run(tmp_path / "a", "--objective=rollout", "--max_iters=3", "--save_interval=0")
+    straight = _losses(capsys.readouterr().out)
+    _run(tmp_path / "b", "--objective=rollout", "--max_iters=2", "--save_interval=0")
+    path = tmp_path / "b" / "resume" / "state.pt"
+    state = torch.load(path, weights_only=False)
+    state["iter_num"] = state.pop("step")
+    torch.save(state, path)
+    capsys.readouterr()
+    _run(tmp_path / "b", "--objective=rollout", "--max_iters=3", "--save_interval=0", "--resume=True")
+    log = capsys.readouterr().out
+    assert "at step 2" in log and _losses(log) == straight[2:]
+
+
 def test_configs_load_and_errors_are_one_line(tmp_path):
     for name in ("sft", "rollout", "relay_sg", "relay", "tiny"):
-        cfg = load_config(T.Config, [os.path.join(ROOT, "config", f"fastdllm_{name}.py")])
+        cfg = load_config(T.TrainConfig, [os.path.join(ROOT, "config", f"fastdllm_{name}.py")])
         assert cfg.objective in T.OBJECTIVES
-    paper = load_config(T.Config, [os.path.join(ROOT, "config", "fastdllm_relay.py")])
+    paper = load_config(T.TrainConfig, [os.path.join(ROOT, "config", "fastdllm_relay.py")])
     assert (paper.batch_size, paper.gradient_accumulation_steps, paper.learning_rate, paper.deepspeed) == (2, 16, 5e-6, "zero3")
     os.chdir(ROOT)
     with pytest.raises(SystemExit, match="objective must be one of"):
@@ -208,10 +225,26 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
         _run(tmp_path, "--resume=True")
 
 
+def test_device_auto_picks_mps_only_without_deepspeed(monkeypatch):
+    """Both training scripts resolve device=auto with devices.pick_device: cuda, then mps, then cpu; the
+    Fast-dLLM run asks for mps only without DeepSpeed (no MPS accelerator), and an explicit mps with
+    DeepSpeed is a one-line error. Checked: fails when pick_device ignores allow_mps."""
+    from devices import pick_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert pick_device("auto") == "mps" and pick_device("auto", allow_mps=False) == "cpu"
+    assert pick_device("cpu") == "cpu"
+    os.chdir(ROOT)
+    with pytest.raises(SystemExit, match="DeepSpeed does not run on mps"):
+        T.parse_config(["config/fastdllm_tiny.py", "--device=mps"])
+    with pytest.raises(SystemExit, match="device must be"):
+        T.parse_config(["config/fastdllm_tiny.py", "--device=gpu"])
+
+
 def test_lr_schedule_warmup_then_cosine():
-    cfg = T.Config(learning_rate=1.0, min_lr=0.0, warmup_iters=10, lr_decay_iters=110)
-    assert T.get_lr(0, cfg) == 0.0 and T.get_lr(5, cfg) == 0.5 and T.get_lr(10, cfg) == 1.0
-    assert abs(T.get_lr(60, cfg) - 0.5) < 1e-12 and T.get_lr(110, cfg) == 0.0 and T.get_lr(500, cfg) == 0.0
+    cfg = T.TrainConfig(learning_rate=1.0, min_lr=0.0, warmup_iters=10, lr_decay_iters=110)
+    assert T.lr_at(0, cfg) == 0.0 and T.lr_at(5, cfg) == 0.5 and T.lr_at(10, cfg) == 1.0
+    assert abs(T.lr_at(60, cfg) - 0.5) < 1e-12 and T.lr_at(110, cfg) == 0.0 and T.lr_at(500, cfg) == 0.0
 
 
 def _torchrun(tmp_path, *args, timeout=300):
