@@ -44,12 +44,11 @@ Caches:
     it is exact. Off for the paper's numbers.
 """
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from fastdllm_model import block_causal_mask, shift_hidden, shift_logits
+from fastdllm_model import FastDLLM, FastDLLMOutput, block_causal_mask, shift_hidden, shift_logits
 
 
 # -----------------------------------------------------------------------------
@@ -216,28 +215,11 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     n_forwards = 0
     cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
 
-    def forward(ids, start, end, relay_h=None, commit=False, block_end=None, sub=None, keep_from=None):
-        """Forward absolute positions [start, end) of the rows in the batch (or of the rows `sub`); with the
-        cache, attend to the cache up to `block_end` (the active block's end) and write keys at [start, end).
-        Returns logits and hidden of positions [keep_from, end) (default: all computed positions)."""
-        pos = torch.arange(start, end, device=device)[None]
-        n_last = end - (start if keep_from is None else keep_from)
-        if cache is None:  # reference: recompute everything from position 0, block-causal
-            assert start == 0
-            return _forward_last(model, ids, relay_h, block_causal_mask(end, end, bs, device), pos, n_last)
-        kv_end = end if block_end is None else block_end
-        cache.plan(start, kv_end, commit, sub)
-        if end - start > bs:  # prefill: several blocks, block-causal among themselves
-            mask = block_causal_mask(end - start, kv_end, bs, device)
-        else:  # one block (or part of it) sees the whole prefix and the whole block
-            mask = torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=device)
-        return _forward_last(model, ids, relay_h, mask, pos, n_last, cache)
-
     # prefill the complete prompt blocks that every row shares
     b0 = int(plen.min()) // bs * bs
     next_logit = None  # logit of position b0-1: predicts the first token of block b0
     if b0 > 0:
-        out = forward(x[:, :b0], 0, b0, commit=True, keep_from=b0 - 1)
+        out = _forward(model, cache, x, 0, b0, bs, commit=True, keep_from=b0 - 1)
         next_logit = out.logits[:, -1]
 
     steps = range(b0, total, bs)
@@ -275,8 +257,6 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
                 relay_h = None
                 if relay_carry and (active & has_carry).any():
                     h_t = shift_hidden(hbuf)[:, q0 - b_start:end - b_start]  # aligned with positions q0..end-1
-                    if cache is None:  # the recomputed prefix holds no MASK, so zeros there are never injected
-                        h_t = torch.cat([h_t.new_zeros(h_t.shape[0], q0, h_t.shape[2]), h_t], 1)
                     relay_h = h_t
                 if relay_h is not None and (active & ~has_carry).any():
                     # Some rows start decoding in this block only now (their prompt ended in a later
@@ -285,11 +265,11 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
                     out = _Merged()
                     for rows_sub, h in ((torch.nonzero(~has_carry).flatten(), None),
                                         (torch.nonzero(has_carry).flatten(), relay_h)):
-                        part = forward(x[rows_sub, start:end], start, end, relay_h=None if h is None else h[rows_sub],
-                                       block_end=b_end, sub=rows_sub, keep_from=q0)
+                        part = _forward(model, cache, x, start, end, bs, relay_h=None if h is None else h[rows_sub],
+                                        block_end=b_end, rows=rows_sub, keep_from=q0)
                         out.put(rows_sub, part, x.shape[0])
                 else:
-                    out = forward(x[:, start:end], start, end, relay_h=relay_h, block_end=b_end, keep_from=q0)
+                    out = _forward(model, cache, x, start, end, bs, relay_h=relay_h, block_end=b_end, keep_from=q0)
                 full_done = True
                 n_forwards += 1
                 logits, hidden = out.logits, out.hidden  # positions [q0, end); shifted within that window
@@ -332,10 +312,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
             x, rows = x[keep], rows[keep]
             if cache is not None:
                 cache.select(keep)
-        if cache is not None:
-            out = forward(x[:, b_start:b_end], b_start, b_end, commit=True, keep_from=b_end - 1)
-        else:
-            out = forward(x[:, :b_end], 0, b_end, keep_from=b_end - 1)
+        out = _forward(model, cache, x, b_start if cache is not None else 0, b_end, bs, commit=True, keep_from=b_end - 1)
         next_logit = out.logits[:, -1]
 
     return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=(stop_at >= 0).tolist(),
@@ -366,28 +343,12 @@ def _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_s
     n_forwards = 0
     cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
 
-    def forward(start, end, relay_h=None, commit=False, block_end=None, keep_from=None):
-        """Positions [start, end) of every row in the batch, attending to the cache up to block_end; logits and
-        hidden from keep_from on. Without the cache, the whole sequence [0, end) is recomputed."""
-        keep_from = start if keep_from is None else keep_from
-        pos = torch.arange(start if cache is not None else 0, end, device=device)[None]
-        if cache is None:
-            if relay_h is not None:  # the recomputed prefix holds no MASK: zeros there are never injected
-                relay_h = torch.cat([relay_h.new_zeros(relay_h.shape[0], end - relay_h.shape[1], relay_h.shape[2]),
-                                     relay_h], 1)
-            return _forward_last(model, x[:, :end], relay_h, block_causal_mask(end, end, bs, device), pos, end - keep_from)
-        kv_end = end if block_end is None else block_end
-        cache.plan(start, kv_end, commit)
-        mask = (block_causal_mask(end - start, kv_end, bs, device) if end - start > bs
-                else torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=device))
-        return _forward_last(model, x[:, start:end], relay_h, mask, pos, end - keep_from, cache)
-
     def greedy_next(logit):  # the block's first token: argmax of the previous position, no threshold
         return logit.masked_fill(torch.arange(logit.shape[-1], device=device) == mask_id, float("-inf")).argmax(-1)
 
     b0 = min_len // bs * bs
     if b0 > 0:  # the complete prompt blocks every row shares
-        out = forward(0, b0, commit=True, keep_from=b0 - 1)
+        out = _forward(model, cache, x, 0, b0, bs, commit=True, keep_from=b0 - 1)
         if min_len == b0:  # rows whose prompt fills whole blocks start with an autoregressive token
             x[:, b0] = torch.where(plen == b0, greedy_next(out.logits[:, -1]), x[:, b0])
 
@@ -410,10 +371,10 @@ def _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_s
                 partial = sub_block_cache and block_keys and not (x[:, lo] == mask_id).any()
                 relay_h = shift_hidden(carry) if carry is not None else None
                 if partial:  # only the sub-block, against the cached prefix and the cached (stale) rest of the block
-                    out = forward(lo, hi, block_end=b_end)
+                    out = _forward(model, cache, x, lo, hi, bs, block_end=b_end)
                     sub_logits = shift_logits(out.logits)  # position lo is not MASK: its own logit is never read
                 else:
-                    out = forward(b_start, b_end, relay_h=relay_h)
+                    out = _forward(model, cache, x, b_start, b_end, bs, relay_h=relay_h)
                     sub_logits = shift_logits(out.logits)[:, s:s + sub_block_size]
                     block_keys = True
                 n_forwards += 1
@@ -439,7 +400,7 @@ def _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_s
             x, rows, finished = x[keep], rows[keep], finished[keep]
             if cache is not None:
                 cache.select(keep)
-        out = forward(b_start, b_end, commit=True, keep_from=b_end - 1)  # cache the clean block
+        out = _forward(model, cache, x, b_start, b_end, bs, commit=True, keep_from=b_end - 1)  # cache the clean block
         # The next block's first token, for rows already answering. A row whose prompt ends exactly here
         # gets it only once no longer prompt is left in the batch; otherwise that position stays MASK and
         # is decoded by the threshold rule (as in the authors' code).
@@ -451,20 +412,33 @@ def _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_s
     return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=stopped, forwards=n_forwards, trace=records)
 
 
-def _forward_last(model, ids, relay_h, mask, pos, n_last: int, cache=None):
-    """model(...) but logits and hidden for the last n_last positions only: the lm_head over a 151936-word
-    vocabulary at every prefill or recomputed position would cost time and (B, L, V) memory that decoding
-    never reads (~17% of an uncached forward at the 1.5B shape)."""
-    if not hasattr(model, "embed") or model.config.relay_layer != -1:  # stand-ins, other readout layers
-        out = model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos, past_key_values=cache)
-        return SimpleNamespace(logits=out.logits[:, -n_last:], hidden=out.hidden[:, -n_last:])
-    if model.config._attn_implementation == "eager":  # eager adds the mask to the scores (as FastDLLM.forward)
-        mask = torch.zeros(mask.shape, dtype=model.lm_head.weight.dtype, device=mask.device).masked_fill(
-            ~mask, torch.finfo(model.lm_head.weight.dtype).min)
-    h = model.model(inputs_embeds=model.embed(ids, relay_h), attention_mask=mask, position_ids=pos,
-                    past_key_values=cache, use_cache=False).last_hidden_state[:, -n_last:]
-    # after the final RMSNorm: the relay readout h_s for relay_layer = -1 (docs/fastdllm.md, "Model"), as FastDLLM.forward
-    return SimpleNamespace(logits=model.lm_head(h), hidden=h)
+def _forward(model, cache: BlockKVCache | None, x: torch.Tensor, start: int, end: int, bs: int,
+             relay_h: torch.Tensor | None = None, commit: bool = False, block_end: int | None = None,
+             rows: torch.Tensor | None = None, keep_from: int | None = None) -> FastDLLMOutput:
+    """One forward over absolute positions [start, end) of x (B, total) (or of its rows `rows`); logits and
+    hidden of positions [keep_from, end) only (default: all computed ones). With the cache: write keys at
+    [start, end), attend up to block_end (the active block's end), commit the prefix if asked. Without it:
+    recompute [0, end) block-causally; relay_h then covers [end - len, end) and is padded with zeros in
+    front (the recomputed prefix holds no MASK, so those zeros are never injected)."""
+    ids = x if rows is None else x[rows]
+    n_last = end - (start if keep_from is None else keep_from)
+    if cache is None:
+        if relay_h is not None and relay_h.shape[1] < end:
+            relay_h = torch.cat([relay_h.new_zeros(relay_h.shape[0], end - relay_h.shape[1], relay_h.shape[2]), relay_h], 1)
+        ids, mask, pos = ids[:, :end], block_causal_mask(end, end, bs, x.device), torch.arange(end, device=x.device)[None]
+    else:
+        kv_end = end if block_end is None else block_end
+        cache.plan(start, kv_end, commit, rows)
+        if end - start > bs:  # prefill: several blocks, block-causal among themselves
+            mask = block_causal_mask(end - start, kv_end, bs, x.device)
+        else:  # one block (or part of it) sees the whole prefix and the whole block
+            mask = torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=x.device)
+        ids, pos = ids[:, start:end], torch.arange(start, end, device=x.device)[None]
+    # FastDLLM.forward's n_last skips the lm_head over a 151936-word vocabulary at prefix positions that
+    # decoding never reads (~17% of an uncached forward at the 1.5B shape); test stand-ins return every position
+    kw = {"n_last": n_last} if isinstance(model, FastDLLM) else {}
+    out = model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos, past_key_values=cache, **kw)
+    return FastDLLMOutput(logits=out.logits[:, -n_last:], hidden=out.hidden[:, -n_last:])
 
 
 class _Merged:
