@@ -44,12 +44,11 @@ Caches:
     it is exact. Off for the paper's numbers.
 """
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from fastdllm_model import block_causal_mask, shift_hidden, shift_logits
+from fastdllm_model import FastDLLM, FastDLLMOutput, block_causal_mask, shift_hidden, shift_logits
 
 
 # -----------------------------------------------------------------------------
@@ -189,282 +188,326 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     "batch_invariant" (each row decodes as if alone); docs/fastdllm.md compares them."""
     cfg = model.config
     bs = block_size or cfg.bd_size
-    mask_id = cfg.mask_token_id
     stop_id = cfg.eos_token_id if stop_token_id is None else stop_token_id
     if isinstance(stop_id, (list, tuple)):
         stop_id = stop_id[0]
     _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
-                prefix_cache, sub_block_cache, relay_carry, mask_id, decode)
-    if decode == "authors":
-        return _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
-                                 stop_id, prefix_cache, sub_block_cache, relay_carry, generator, trace, progress)
+                prefix_cache, sub_block_cache, relay_carry, cfg.mask_token_id, decode)
+    opt = _Settings(bs, sub_block_size, threshold, temperature, top_p, cfg.mask_token_id, stop_id,
+                    sub_block_cache, relay_carry, generator, trace)
+    decode_batch = _generate_authors if decode == "authors" else _generate_batch_invariant
+    return decode_batch(model, prompts, max_new_tokens, prefix_cache, opt, progress)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """generate()'s decoding options, resolved."""
+    bs: int  # block size
+    sub_block_size: int
+    threshold: float
+    temperature: float
+    top_p: float
+    mask_id: int
+    stop_id: int
+    sub_block_cache: bool
+    relay_carry: bool
+    generator: torch.Generator | None
+    trace: bool
+
+
+@dataclass
+class _Batch:
+    """The decoding state the steps share. x and finished hold the rows still in the batch, in the order of
+    `rows`; the per-prompt results (nfe, stop_at, tokens, stopped) are indexed by prompt."""
+    x: torch.Tensor  # (b, total) prompt, committed tokens and MASK
+    rows: torch.Tensor  # (b,) prompt index of each row still in the batch
+    plen: torch.Tensor  # (B,) prompt lengths
+    cache: BlockKVCache | None
+    nfe: torch.Tensor  # (B,) Table 2's NFE
+    stop_at: torch.Tensor  # (B,) batch_invariant: absolute position of the first stop token, -1 = none yet
+    finished: torch.Tensor  # (b,) authors: the row has committed the stop token
+    tokens: list  # (B,) the answer of each prompt, once its row is done
+    stopped: list  # (B,) authors: the row finished on the stop token
+    forwards: int = 0  # denoising forwards for the whole batch
+    records: list = field(default_factory=list)  # trace
+
+
+def _new_batch(model, prompts: list[list[int]], total: int, prefix_cache: bool) -> _Batch:
+    """Prompts right-padded with MASK to `total` positions (a short prompt's padding is the start of its answer)."""
     device = next(model.parameters()).device
     B = len(prompts)
-    plen = torch.tensor([len(p) for p in prompts], device=device)
-    # each row's last position to generate; its block is its last one
-    last = plen + max_new_tokens - 1
-    total = int((last.max() // bs + 1) * bs)
-    x = torch.full((B, total), mask_id, dtype=torch.long, device=device)
+    x = torch.full((B, total), model.config.mask_token_id, dtype=torch.long, device=device)
     for r, p in enumerate(prompts):
         x[r, :len(p)] = torch.tensor(p, dtype=torch.long, device=device)
+    return _Batch(x=x, rows=torch.arange(B, device=device),
+                  plen=torch.tensor([len(p) for p in prompts], device=device),
+                  cache=BlockKVCache(model.config.num_hidden_layers, total) if prefix_cache else None,
+                  nfe=torch.zeros(B, dtype=torch.long, device=device),
+                  stop_at=torch.full((B,), -1, dtype=torch.long, device=device),
+                  finished=torch.zeros(B, dtype=torch.bool, device=device), tokens=[None] * B, stopped=[False] * B)
 
-    rows = torch.arange(B, device=device)  # original index of each row still in the batch
-    nfe = torch.zeros(B, dtype=torch.long, device=device)
-    stop_at = torch.full((B,), -1, dtype=torch.long, device=device)  # absolute position of the stop token
-    tokens_out: list[list[int] | None] = [None] * B
-    records: list[dict] = []
-    n_forwards = 0
-    cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
 
-    def forward(ids, start, end, relay_h=None, commit=False, block_end=None, sub=None, keep_from=None):
-        """Forward absolute positions [start, end) of the rows in the batch (or of the rows `sub`); with the
-        cache, attend to the cache up to `block_end` (the active block's end) and write keys at [start, end).
-        Returns logits and hidden of positions [keep_from, end) (default: all computed positions)."""
-        pos = torch.arange(start, end, device=device)[None]
-        n_last = end - (start if keep_from is None else keep_from)
-        if cache is None:  # reference: recompute everything from position 0, block-causal
-            assert start == 0
-            return _forward_last(model, ids, relay_h, block_causal_mask(end, end, bs, device), pos, n_last)
-        kv_end = end if block_end is None else block_end
-        cache.plan(start, kv_end, commit, sub)
-        if end - start > bs:  # prefill: several blocks, block-causal among themselves
-            mask = block_causal_mask(end - start, kv_end, bs, device)
-        else:  # one block (or part of it) sees the whole prefix and the whole block
-            mask = torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=device)
-        return _forward_last(model, ids, relay_h, mask, pos, n_last, cache)
-
-    # prefill the complete prompt blocks that every row shares
-    b0 = int(plen.min()) // bs * bs
-    next_logit = None  # logit of position b0-1: predicts the first token of block b0
-    if b0 > 0:
-        out = forward(x[:, :b0], 0, b0, commit=True, keep_from=b0 - 1)
-        next_logit = out.logits[:, -1]
-
-    steps = range(b0, total, bs)
+def _blocks(steps: range, progress: bool):
     if progress:
         from tqdm import tqdm
-        steps = tqdm(steps, desc="blocks", leave=False)
-    for b_start in steps:
-        b_end = b_start + bs
-        # first token of the block: autoregressive from the previous block's last logit
+        return tqdm(steps, desc="blocks", leave=False)
+    return steps
+
+
+# -----------------------------------------------------------------------------
+# decode="batch_invariant": each row decodes as if alone
+
+
+def _generate_batch_invariant(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progress) -> GenerateOutput:
+    bs = opt.bs
+    last_pos = max(len(p) for p in prompts) + max_new_tokens - 1
+    st = _new_batch(model, prompts, (last_pos // bs + 1) * bs, prefix_cache)
+    last = st.plen + max_new_tokens - 1  # each row's last position to generate; its block is its last one
+    b0 = int(st.plen.min()) // bs * bs
+    next_logit = _prefill(model, st, b0, bs)
+    for b_start in _blocks(range(b0, st.x.shape[1], bs), progress):
         if next_logit is not None:
-            first = x[:, b_start] == mask_id
-            next_logit = next_logit.clone()
-            next_logit[:, mask_id] = float("-inf")
-            tok, _ = sample_tokens(next_logit, temperature, top_p, generator)
-            x[:, b_start] = torch.where(first, tok, x[:, b_start])
-            stop_at = _mark_stop(stop_at, rows, first & (tok == stop_id), b_start)
-
-        hbuf = None  # relay carry: h_s of each row's latest forward, by block position (reset per block)
-        has_carry = torch.zeros(x.shape[0], dtype=torch.bool, device=device)
-        for s in range(0, bs, sub_block_size):
-            lo, hi = b_start + s, b_start + s + sub_block_size
-            full_done = False  # the sub-block cache runs the whole block once per sub-block
-            while True:
-                masked = x[:, lo:hi] == mask_id  # (b, S)
-                active = masked.any(1)
-                if not active.any():
-                    break
-                # which positions this forward computes; logits at q-1 predict token q
-                if sub_block_cache and full_done:
-                    q0 = lo - 1 if s > 0 else lo  # block start is never MASK, so s = 0 needs no extra position
-                else:
-                    q0 = b_start
-                start = q0 if cache is not None else 0
-                end = hi if sub_block_cache and full_done else b_end
-                relay_h = None
-                if relay_carry and (active & has_carry).any():
-                    h_t = shift_hidden(hbuf)[:, q0 - b_start:end - b_start]  # aligned with positions q0..end-1
-                    if cache is None:  # the recomputed prefix holds no MASK, so zeros there are never injected
-                        h_t = torch.cat([h_t.new_zeros(h_t.shape[0], q0, h_t.shape[2]), h_t], 1)
-                    relay_h = h_t
-                if relay_h is not None and (active & ~has_carry).any():
-                    # Some rows start decoding in this block only now (their prompt ended in a later
-                    # sub-block): their first forward must get no relay, as if decoded alone. A zero
-                    # carry would not do: LN(0) = beta. So run them separately (prompt blocks only).
-                    out = _Merged()
-                    for rows_sub, h in ((torch.nonzero(~has_carry).flatten(), None),
-                                        (torch.nonzero(has_carry).flatten(), relay_h)):
-                        part = forward(x[rows_sub, start:end], start, end, relay_h=None if h is None else h[rows_sub],
-                                       block_end=b_end, sub=rows_sub, keep_from=q0)
-                        out.put(rows_sub, part, x.shape[0])
-                else:
-                    out = forward(x[:, start:end], start, end, relay_h=relay_h, block_end=b_end, keep_from=q0)
-                full_done = True
-                n_forwards += 1
-                logits, hidden = out.logits, out.hidden  # positions [q0, end); shifted within that window
-                sub_logits = shift_logits(logits)[:, lo - q0:hi - q0]  # (b, S, V), a fresh tensor
-                sub_logits[..., mask_id] = float("-inf")  # committing MASK would stall decoding (untrained models do it)
-                tok, conf = sample_tokens(sub_logits, temperature, top_p, generator)
-                commit = unmask_rule(conf, masked, threshold)
-                # NFE: the row took part while unfinished and with something left to decode
-                counted = active & (stop_at[rows] < 0)
-                nfe[rows] += counted.long()
-                x[:, lo:hi] = torch.where(commit, tok, x[:, lo:hi])
-                hit = commit & (tok == stop_id)
-                if hit.any():
-                    first_hit = torch.where(hit.any(1), lo + hit.float().argmax(1), torch.full_like(rows, -1))
-                    stop_at = _mark_stop_pos(stop_at, rows, first_hit)
-                if relay_carry:
-                    # rows that waited (no MASK in this sub-block) keep their carry: their forward would
-                    # not happen if they decoded alone, so batched decoding equals one-by-one decoding
-                    if hbuf is None:
-                        hbuf = hidden.new_zeros(hidden.shape[0], bs, hidden.shape[2])
-                    upd = hbuf.clone()
-                    upd[:, q0 - b_start:end - b_start] = hidden.to(hbuf.dtype)
-                    hbuf = torch.where(active[:, None, None], upd, hbuf)
-                    has_carry = has_carry | active
-                if trace:
-                    records.append(dict(rows=rows.tolist(), block=b_start, sub_block=s, logits=sub_logits.float().cpu(),
-                                        committed=commit.sum(1).tolist(), active=active.tolist()))
-
-        # the block is clean: which rows are done, then cache it and read the next block's first token
-        done = (stop_at[rows] >= 0) | (last[rows] < b_end)
-        for i in torch.nonzero(done).flatten().tolist():
-            r = int(rows[i])
-            stop = int(stop_at[r])
-            end = stop if stop >= 0 else int(last[r]) + 1
-            tokens_out[r] = x[i, int(plen[r]):end].tolist()
-        keep = torch.nonzero(~done).flatten()
-        if keep.numel() == 0:
+            _first_token_invariant(st, b_start, next_logit, opt)
+        _denoise_block_invariant(model, st, b_start, opt)
+        if not _finish_rows_invariant(st, b_start + bs, last):
             break
-        if keep.numel() < rows.numel():  # finished rows leave the batch with their cache rows
-            x, rows = x[keep], rows[keep]
-            if cache is not None:
-                cache.select(keep)
-        if cache is not None:
-            out = forward(x[:, b_start:b_end], b_start, b_end, commit=True, keep_from=b_end - 1)
-        else:
-            out = forward(x[:, :b_end], 0, b_end, keep_from=b_end - 1)
-        next_logit = out.logits[:, -1]
-
-    return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=(stop_at >= 0).tolist(),
-                          forwards=n_forwards, trace=records)
+        next_logit = _cache_block(model, st, b_start, bs).logits[:, -1]
+    return GenerateOutput(tokens=st.tokens, nfe=st.nfe.tolist(), stopped=(st.stop_at >= 0).tolist(),
+                          forwards=st.forwards, trace=st.records)
 
 
-def _generate_authors(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p, stop_id,
-                      prefix_cache, sub_block_cache, relay_carry, generator, trace, progress) -> GenerateOutput:
-    """The authors' batch procedure (docs/fastdllm.md, "decode modes"): one block count for the whole batch,
-    the relay carry of every row replaced after every forward, a row finishes only when the threshold rule
-    commits the stop token, and finished rows leave the batch at the end of their block."""
-    cfg = model.config
-    mask_id = cfg.mask_token_id
-    device = next(model.parameters()).device
-    B = len(prompts)
-    plen = torch.tensor([len(p) for p in prompts], device=device)
-    min_len, max_len = int(plen.min()), int(plen.max())
+def _first_token_invariant(st: _Batch, b_start: int, next_logit: torch.Tensor, opt: _Settings) -> None:
+    """The block's first token: autoregressive from the previous block's last logit (no threshold)."""
+    first = st.x[:, b_start] == opt.mask_id
+    next_logit = next_logit.clone()
+    next_logit[:, opt.mask_id] = float("-inf")
+    tok, _ = sample_tokens(next_logit, opt.temperature, opt.top_p, opt.generator)
+    st.x[:, b_start] = torch.where(first, tok, st.x[:, b_start])
+    st.stop_at = _mark_stop(st.stop_at, st.rows, first & (tok == opt.stop_id), b_start)
+
+
+def _denoise_block_invariant(model, st: _Batch, b_start: int, opt: _Settings) -> None:
+    """Decode the block sub-block by sub-block until no MASK is left. The relay carry is h_s of each row's
+    own latest forward, by block position, reset per block: rows that waited (no MASK in the active
+    sub-block) keep theirs, since their forward would not happen if they decoded alone."""
+    hbuf = None  # (b, bs, d)
+    has_carry = torch.zeros(st.x.shape[0], dtype=torch.bool, device=st.x.device)
+    for s in range(0, opt.bs, opt.sub_block_size):
+        lo, hi = b_start + s, b_start + s + opt.sub_block_size
+        partial = False  # the sub-block cache runs the whole block once per sub-block, then only the sub-block
+        while True:
+            masked = st.x[:, lo:hi] == opt.mask_id  # (b, S)
+            active = masked.any(1)
+            if not active.any():
+                break
+            # positions this forward computes; logits at q-1 predict token q (the block start is never MASK,
+            # so s = 0 needs no extra position)
+            q0 = (lo - 1 if s > 0 else lo) if partial else b_start
+            end = hi if partial else b_start + opt.bs
+            out = _forward_invariant(model, st, opt, b_start, q0, end, hbuf, has_carry, active)
+            partial = opt.sub_block_cache
+            sub_logits = shift_logits(out.logits)[:, lo - q0:hi - q0]  # (b, S, V), a fresh tensor
+            counted = active & (st.stop_at[st.rows] < 0)  # NFE: unfinished, with something left to decode
+            commit, tok = _commit(st, sub_logits, masked, lo, hi, opt)
+            st.nfe[st.rows] += counted.long()
+            hit = commit & (tok == opt.stop_id)
+            if hit.any():
+                first_hit = torch.where(hit.any(1), lo + hit.float().argmax(1), torch.full_like(st.rows, -1))
+                st.stop_at = _mark_stop_pos(st.stop_at, st.rows, first_hit)
+            if opt.relay_carry:
+                if hbuf is None:
+                    hbuf = out.hidden.new_zeros(out.hidden.shape[0], opt.bs, out.hidden.shape[2])
+                upd = hbuf.clone()
+                upd[:, q0 - b_start:end - b_start] = out.hidden.to(hbuf.dtype)
+                hbuf = torch.where(active[:, None, None], upd, hbuf)
+                has_carry = has_carry | active
+            _record(st, opt, b_start, s, sub_logits, commit, active)
+
+
+def _forward_invariant(model, st: _Batch, opt: _Settings, b_start: int, q0: int, end: int,
+                       hbuf: torch.Tensor | None, has_carry: torch.Tensor, active: torch.Tensor):
+    """One denoising forward over [q0, end) (without the cache: [0, end)), each row with its own carry.
+    A row that starts decoding in this block only now (its prompt ended in a later sub-block) must get no
+    relay, as if decoded alone; a zero carry would not do (LN(0) = beta), so those rows run separately."""
+    start, b_end = (q0 if st.cache is not None else 0), b_start + opt.bs
+    relay_h = None
+    if opt.relay_carry and (active & has_carry).any():
+        relay_h = shift_hidden(hbuf)[:, q0 - b_start:end - b_start]  # aligned with positions q0..end-1
+    if relay_h is None or not (active & ~has_carry).any():
+        return _forward(model, st.cache, st.x, start, end, opt.bs, relay_h=relay_h, block_end=b_end, keep_from=q0)
+    out = _Merged()
+    for rows_sub, h in ((torch.nonzero(~has_carry).flatten(), None), (torch.nonzero(has_carry).flatten(), relay_h)):
+        part = _forward(model, st.cache, st.x, start, end, opt.bs, relay_h=None if h is None else h[rows_sub],
+                        block_end=b_end, rows=rows_sub, keep_from=q0)
+        out.put(rows_sub, part, st.x.shape[0])
+    return out
+
+
+def _finish_rows_invariant(st: _Batch, b_end: int, last: torch.Tensor) -> bool:
+    """Rows that chose the stop token, or whose last position is in this block, are done (tokens after the
+    stop are dropped) and leave the batch. False when no row is left."""
+    done = (st.stop_at[st.rows] >= 0) | (last[st.rows] < b_end)
+    for i in torch.nonzero(done).flatten().tolist():
+        r = int(st.rows[i])
+        stop = int(st.stop_at[r])
+        end = stop if stop >= 0 else int(last[r]) + 1
+        st.tokens[r] = st.x[i, int(st.plen[r]):end].tolist()
+    return _keep_rows(st, torch.nonzero(~done).flatten())
+
+
+# -----------------------------------------------------------------------------
+# decode="authors": the authors' batch procedure (paper Table 2)
+
+
+def _generate_authors(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progress) -> GenerateOutput:
+    """docs/fastdllm.md, "decode modes": one block count for the whole batch, the relay carry of every row
+    replaced after every forward, a row finishes only when the threshold rule commits the stop token, and
+    finished rows leave the batch at the end of their block."""
+    bs = opt.bs
+    min_len, max_len = min(len(p) for p in prompts), max(len(p) for p in prompts)
     n_blocks = max_new_tokens // bs + max_len // bs  # for the whole batch, from the longest prompt
-    total = n_blocks * bs + 1  # + the next block's first token, read after the last block
-    x = torch.full((B, total), mask_id, dtype=torch.long, device=device)
-    for r, p in enumerate(prompts):
-        x[r, :len(p)] = torch.tensor(p, dtype=torch.long, device=device)
-    rows = torch.arange(B, device=device)  # original index of each row still in the batch
-    nfe = torch.zeros(B, dtype=torch.long, device=device)
-    tokens_out: list[list[int] | None] = [None] * B
-    stopped = [False] * B
-    records: list[dict] = []
-    n_forwards = 0
-    cache = BlockKVCache(cfg.num_hidden_layers, total) if prefix_cache else None
-
-    def forward(start, end, relay_h=None, commit=False, block_end=None, keep_from=None):
-        """Positions [start, end) of every row in the batch, attending to the cache up to block_end; logits and
-        hidden from keep_from on. Without the cache, the whole sequence [0, end) is recomputed."""
-        keep_from = start if keep_from is None else keep_from
-        pos = torch.arange(start if cache is not None else 0, end, device=device)[None]
-        if cache is None:
-            if relay_h is not None:  # the recomputed prefix holds no MASK: zeros there are never injected
-                relay_h = torch.cat([relay_h.new_zeros(relay_h.shape[0], end - relay_h.shape[1], relay_h.shape[2]),
-                                     relay_h], 1)
-            return _forward_last(model, x[:, :end], relay_h, block_causal_mask(end, end, bs, device), pos, end - keep_from)
-        kv_end = end if block_end is None else block_end
-        cache.plan(start, kv_end, commit)
-        mask = (block_causal_mask(end - start, kv_end, bs, device) if end - start > bs
-                else torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=device))
-        return _forward_last(model, x[:, start:end], relay_h, mask, pos, end - keep_from, cache)
-
-    def greedy_next(logit):  # the block's first token: argmax of the previous position, no threshold
-        return logit.masked_fill(torch.arange(logit.shape[-1], device=device) == mask_id, float("-inf")).argmax(-1)
-
+    st = _new_batch(model, prompts, n_blocks * bs + 1, prefix_cache)  # + the next block's first token
     b0 = min_len // bs * bs
-    if b0 > 0:  # the complete prompt blocks every row shares
-        out = forward(0, b0, commit=True, keep_from=b0 - 1)
-        if min_len == b0:  # rows whose prompt fills whole blocks start with an autoregressive token
-            x[:, b0] = torch.where(plen == b0, greedy_next(out.logits[:, -1]), x[:, b0])
-
-    steps = range(min_len // bs, n_blocks)
-    if progress:
-        from tqdm import tqdm
-        steps = tqdm(steps, desc="blocks", leave=False)
-    finished = torch.zeros(B, dtype=torch.bool, device=device)  # per row still in the batch
-    for b in steps:
+    next_logit = _prefill(model, st, b0, bs)
+    if next_logit is not None and min_len == b0:  # prompts that fill whole blocks start with an autoregressive token
+        st.x[:, b0] = torch.where(st.plen == b0, _greedy_next(next_logit, opt.mask_id), st.x[:, b0])
+    for b in _blocks(range(min_len // bs, n_blocks), progress):
         b_start, b_end = b * bs, (b + 1) * bs
-        carry = None  # h_s of the latest forward, all rows, block positions; reset per block
-        block_keys = False  # sub-block cache: whether this block's keys/values are in the cache
-        for s in range(0, bs, sub_block_size):
-            lo, hi = b_start + s, b_start + s + sub_block_size
-            while True:
-                masked = x[:, lo:hi] == mask_id
-                if not masked.any():
-                    break
-                counted = masked.any(1) & ~finished  # NFE: rows with work left that have not finished
-                partial = sub_block_cache and block_keys and not (x[:, lo] == mask_id).any()
-                relay_h = shift_hidden(carry) if carry is not None else None
-                if partial:  # only the sub-block, against the cached prefix and the cached (stale) rest of the block
-                    out = forward(lo, hi, block_end=b_end)
-                    sub_logits = shift_logits(out.logits)  # position lo is not MASK: its own logit is never read
-                else:
-                    out = forward(b_start, b_end, relay_h=relay_h)
-                    sub_logits = shift_logits(out.logits)[:, s:s + sub_block_size]
-                    block_keys = True
-                n_forwards += 1
-                sub_logits[..., mask_id] = float("-inf")  # committing MASK would stall decoding
-                tok, conf = sample_tokens(sub_logits, temperature, top_p, generator)
-                commit = unmask_rule(conf, masked, threshold)
-                x[:, lo:hi] = torch.where(commit, tok, x[:, lo:hi])
-                finished |= (commit & (tok == stop_id)).any(1)
-                nfe[rows] += counted.long()
-                if relay_carry:
-                    carry = out.hidden  # every row, rows that waited included
-                if trace:
-                    records.append(dict(rows=rows.tolist(), block=b_start, sub_block=s, logits=sub_logits.float().cpu(),
-                                        committed=commit.sum(1).tolist(), active=masked.any(1).tolist()))
-        for i in torch.nonzero(finished).flatten().tolist():  # the answer ends at its first stop token
-            r = int(rows[i])
-            tail = x[i, int(plen[r]):b_end].tolist()
-            tokens_out[r], stopped[r] = tail[:tail.index(stop_id)], True
-        keep = torch.nonzero(~finished).flatten()
-        if keep.numel() == 0:
+        _denoise_block_authors(model, st, b_start, opt)
+        if not _finish_rows_authors(st, b_end, opt.stop_id):
             break
-        if keep.numel() < rows.numel():  # finished rows leave the batch with their cache rows
-            x, rows, finished = x[keep], rows[keep], finished[keep]
-            if cache is not None:
-                cache.select(keep)
-        out = forward(b_start, b_end, commit=True, keep_from=b_end - 1)  # cache the clean block
+        next_logit = _cache_block(model, st, b_start, bs).logits[:, -1]
         # The next block's first token, for rows already answering. A row whose prompt ends exactly here
         # gets it only once no longer prompt is left in the batch; otherwise that position stays MASK and
         # is decoded by the threshold rule (as in the authors' code).
-        write = (plen[rows] < b_end) | (max_len <= b_end)
-        x[:, b_end] = torch.where(write, greedy_next(out.logits[:, -1]), x[:, b_end])
+        write = (st.plen[st.rows] < b_end) | (max_len <= b_end)
+        st.x[:, b_end] = torch.where(write, _greedy_next(next_logit, opt.mask_id), st.x[:, b_end])
     else:
-        for i, r in enumerate(rows.tolist()):  # the block limit: every decoded token plus the next block's first
-            tokens_out[r] = x[i, int(plen[r]):].tolist()
-    return GenerateOutput(tokens=tokens_out, nfe=nfe.tolist(), stopped=stopped, forwards=n_forwards, trace=records)
+        for i, r in enumerate(st.rows.tolist()):  # the block limit: every decoded token plus the next block's first
+            st.tokens[r] = st.x[i, int(st.plen[r]):].tolist()
+    return GenerateOutput(tokens=st.tokens, nfe=st.nfe.tolist(), stopped=st.stopped, forwards=st.forwards,
+                          trace=st.records)
 
 
-def _forward_last(model, ids, relay_h, mask, pos, n_last: int, cache=None):
-    """model(...) but logits and hidden for the last n_last positions only: the lm_head over a 151936-word
-    vocabulary at every prefill or recomputed position would cost time and (B, L, V) memory that decoding
-    never reads (~17% of an uncached forward at the 1.5B shape)."""
-    if not hasattr(model, "embed") or model.config.relay_layer != -1:  # stand-ins, other readout layers
-        out = model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos, past_key_values=cache)
-        return SimpleNamespace(logits=out.logits[:, -n_last:], hidden=out.hidden[:, -n_last:])
-    if model.config._attn_implementation == "eager":  # eager adds the mask to the scores (as FastDLLM.forward)
-        mask = torch.zeros(mask.shape, dtype=model.lm_head.weight.dtype, device=mask.device).masked_fill(
-            ~mask, torch.finfo(model.lm_head.weight.dtype).min)
-    h = model.model(inputs_embeds=model.embed(ids, relay_h), attention_mask=mask, position_ids=pos,
-                    past_key_values=cache, use_cache=False).last_hidden_state[:, -n_last:]
-    # after the final RMSNorm: the relay readout h_s for relay_layer = -1 (docs/fastdllm.md, "Model"), as FastDLLM.forward
-    return SimpleNamespace(logits=model.lm_head(h), hidden=h)
+def _greedy_next(logit: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """A block's first token: argmax of the previous position's logit, MASK excluded, no threshold."""
+    return logit.masked_fill(torch.arange(logit.shape[-1], device=logit.device) == mask_id, float("-inf")).argmax(-1)
+
+
+def _denoise_block_authors(model, st: _Batch, b_start: int, opt: _Settings) -> None:
+    """Decode the block sub-block by sub-block until no MASK is left. The relay carry is h_s of the latest
+    forward for every row, rows that waited included; reset per block."""
+    b_end = b_start + opt.bs
+    carry = None  # (b, bs, d)
+    block_keys = False  # sub-block cache: whether this block's keys/values are in the cache
+    for s in range(0, opt.bs, opt.sub_block_size):
+        lo, hi = b_start + s, b_start + s + opt.sub_block_size
+        while True:
+            masked = st.x[:, lo:hi] == opt.mask_id
+            if not masked.any():
+                break
+            counted = masked.any(1) & ~st.finished  # NFE: rows with work left that have not finished
+            if opt.sub_block_cache and block_keys and not (st.x[:, lo] == opt.mask_id).any():
+                # only the sub-block, against the cached prefix and the cached (stale) rest of the block;
+                # position lo is not MASK: its own logit is never read
+                out = _forward(model, st.cache, st.x, lo, hi, opt.bs, block_end=b_end)
+                sub_logits = shift_logits(out.logits)
+            else:
+                relay_h = shift_hidden(carry) if carry is not None else None
+                out = _forward(model, st.cache, st.x, b_start, b_end, opt.bs, relay_h=relay_h)
+                sub_logits = shift_logits(out.logits)[:, s:s + opt.sub_block_size]
+                block_keys = True
+            commit, tok = _commit(st, sub_logits, masked, lo, hi, opt)
+            st.finished |= (commit & (tok == opt.stop_id)).any(1)
+            st.nfe[st.rows] += counted.long()
+            if opt.relay_carry:
+                carry = out.hidden
+            _record(st, opt, b_start, s, sub_logits, commit, masked.any(1))
+
+
+def _finish_rows_authors(st: _Batch, b_end: int, stop_id: int) -> bool:
+    """Rows that committed the stop token end at their first stop token and leave the batch. False when no
+    row is left."""
+    for i in torch.nonzero(st.finished).flatten().tolist():
+        r = int(st.rows[i])
+        tail = st.x[i, int(st.plen[r]):b_end].tolist()
+        st.tokens[r], st.stopped[r] = tail[:tail.index(stop_id)], True
+    return _keep_rows(st, torch.nonzero(~st.finished).flatten())
+
+
+# -----------------------------------------------------------------------------
+# steps both modes share
+
+
+def _prefill(model, st: _Batch, b0: int, bs: int) -> torch.Tensor | None:
+    """The complete prompt blocks [0, b0) every row shares go into the cache in one forward. Returns the
+    logit of position b0-1 (it predicts block b0's first token); None when no block is shared."""
+    if b0 == 0:
+        return None
+    return _forward(model, st.cache, st.x, 0, b0, bs, commit=True, keep_from=b0 - 1).logits[:, -1]
+
+
+def _cache_block(model, st: _Batch, b_start: int, bs: int) -> FastDLLMOutput:
+    """The clean block's keys and values join the prefix cache (no relay: the carry never enters this
+    forward); the output's last logit predicts the next block's first token."""
+    return _forward(model, st.cache, st.x, b_start, b_start + bs, bs, commit=True, keep_from=b_start + bs - 1)
+
+
+def _commit(st: _Batch, sub_logits: torch.Tensor, masked: torch.Tensor, lo: int, hi: int, opt: _Settings):
+    """Sample the sub-block [lo, hi) from its (b, S, V) shifted logits and commit what unmask_rule picks.
+    Returns the committed positions and the sampled tokens, each (b, S)."""
+    st.forwards += 1
+    sub_logits[..., opt.mask_id] = float("-inf")  # committing MASK would stall decoding (untrained models do it)
+    tok, conf = sample_tokens(sub_logits, opt.temperature, opt.top_p, opt.generator)
+    commit = unmask_rule(conf, masked, opt.threshold)
+    st.x[:, lo:hi] = torch.where(commit, tok, st.x[:, lo:hi])
+    return commit, tok
+
+
+def _record(st: _Batch, opt: _Settings, b_start: int, s: int, sub_logits, commit, active) -> None:
+    if opt.trace:
+        st.records.append(dict(rows=st.rows.tolist(), block=b_start, sub_block=s, logits=sub_logits.float().cpu(),
+                               committed=commit.sum(1).tolist(), active=active.tolist()))
+
+
+def _keep_rows(st: _Batch, keep: torch.Tensor) -> bool:
+    """Keep only the rows `keep` (finished rows leave the batch with their cache rows); False if none."""
+    if keep.numel() == 0:
+        return False
+    if keep.numel() < st.rows.numel():
+        st.x, st.rows, st.finished = st.x[keep], st.rows[keep], st.finished[keep]
+        if st.cache is not None:
+            st.cache.select(keep)
+    return True
+
+
+def _forward(model, cache: BlockKVCache | None, x: torch.Tensor, start: int, end: int, bs: int,
+             relay_h: torch.Tensor | None = None, commit: bool = False, block_end: int | None = None,
+             rows: torch.Tensor | None = None, keep_from: int | None = None) -> FastDLLMOutput:
+    """One forward over absolute positions [start, end) of x (B, total) (or of its rows `rows`); logits and
+    hidden of positions [keep_from, end) only (default: all computed ones). With the cache: write keys at
+    [start, end), attend up to block_end (the active block's end), commit the prefix if asked. Without it:
+    recompute [0, end) block-causally; relay_h then covers [end - len, end) and is padded with zeros in
+    front (the recomputed prefix holds no MASK, so those zeros are never injected)."""
+    ids = x if rows is None else x[rows]
+    n_last = end - (start if keep_from is None else keep_from)
+    if cache is None:
+        if relay_h is not None and relay_h.shape[1] < end:
+            relay_h = torch.cat([relay_h.new_zeros(relay_h.shape[0], end - relay_h.shape[1], relay_h.shape[2]), relay_h], 1)
+        ids, mask, pos = ids[:, :end], block_causal_mask(end, end, bs, x.device), torch.arange(end, device=x.device)[None]
+    else:
+        kv_end = end if block_end is None else block_end
+        cache.plan(start, kv_end, commit, rows)
+        if end - start > bs:  # prefill: several blocks, block-causal among themselves
+            mask = block_causal_mask(end - start, kv_end, bs, x.device)
+        else:  # one block (or part of it) sees the whole prefix and the whole block
+            mask = torch.ones(1, 1, end - start, kv_end, dtype=torch.bool, device=x.device)
+        ids, pos = ids[:, start:end], torch.arange(start, end, device=x.device)[None]
+    # FastDLLM.forward's n_last skips the lm_head over a 151936-word vocabulary at prefix positions that
+    # decoding never reads (~17% of an uncached forward at the 1.5B shape); test stand-ins return every position
+    kw = {"n_last": n_last} if isinstance(model, FastDLLM) else {}
+    out = model(ids, relay_h=relay_h, attention_mask=mask, position_ids=pos, past_key_values=cache, **kw)
+    return FastDLLMOutput(logits=out.logits[:, -n_last:], hidden=out.hidden[:, -n_last:])
 
 
 class _Merged:

@@ -185,11 +185,14 @@ class FastDLLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, relay_h: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 past_key_values: DynamicCache | None = None, use_cache: bool = False,
-                n_keep: int | None = None) -> FastDLLMOutput:
+                n_keep: int | None = None, n_last: int | None = None) -> FastDLLMOutput:
         """One forward. attention_mask: 4-D bool (B or 1, 1, Lq, Lkv), True = may attend; None gives
         the block-causal inference mask over [cache || input]. n_keep: return logits and hidden
         only for the first n_keep positions (the x_t half in training: the lm_head over a
-        151936-word vocabulary is the largest activation, so skipping the x_0 half matters)."""
+        151936-word vocabulary is the largest activation, so skipping the x_0 half matters). n_last: only
+        the last n_last positions instead (decoding reads the logits of the active block, never the prefix's)."""
+        if n_keep is not None and n_last is not None:
+            raise ValueError("give n_keep or n_last, not both")
         B, L = input_ids.shape
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
         if attention_mask is None:
@@ -211,9 +214,9 @@ class FastDLLM(nn.Module):
             if self.config.relay_layer >= 0:
                 hook.remove()
         hidden = captured.get("h", out.last_hidden_state)
-        n = L if n_keep is None else n_keep
-        logits = self.lm_head(out.last_hidden_state[:, :n])
-        return FastDLLMOutput(logits=logits, hidden=hidden[:, :n], past_key_values=out.past_key_values if use_cache else None)
+        keep = slice(L - n_last, L) if n_last is not None else slice(0, L if n_keep is None else n_keep)
+        logits = self.lm_head(out.last_hidden_state[:, keep])
+        return FastDLLMOutput(logits=logits, hidden=hidden[:, keep], past_key_values=out.past_key_values if use_cache else None)
 
 
 # -----------------------------------------------------------------------------

@@ -100,6 +100,21 @@ def test_forward_with_cache_equals_full_forward():
     torch.testing.assert_close(nxt.hidden, full.hidden[:, 16:], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("relay_layer", [-1, 0])
+def test_n_last_keeps_the_last_positions_of_a_full_forward(relay_layer):
+    """n_last (what decoding reads) returns exactly the last positions of the full forward, for the final-norm
+    and a decoder-layer readout. Fails if n_last keeps the first positions (checked: slice(0, n_last)) or
+    slices logits but not hidden; giving n_keep too is refused."""
+    model = make_tiny_fastdllm(bd_size=8, relay_layer=relay_layer).eval()
+    x = _rand_ids(model, 2, 24, 5)
+    with torch.no_grad():
+        full, tail = model(x), model(x, n_last=3)
+    torch.testing.assert_close(tail.logits, full.logits[:, -3:])
+    torch.testing.assert_close(tail.hidden, full.hidden[:, -3:])
+    with pytest.raises(ValueError, match="not both"):
+        model(x, n_keep=2, n_last=3)
+
+
 def test_hidden_is_final_norm_output_and_relay_layer_readout():
     model = make_tiny_fastdllm(bd_size=8).eval()
     x = _rand_ids(model, 1, 16, 3)
