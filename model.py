@@ -154,6 +154,12 @@ class SudokuTransformer(nn.Module):
         return logits, x
 
 
+def model_from_config(config: dict) -> SudokuTransformer:
+    """A fresh model from a stored ModelConfig dict; keys this version does not know are ignored."""
+    known = {f.name for f in fields(ModelConfig)}
+    return SudokuTransformer(ModelConfig(**{k: v for k, v in config.items() if k in known}))
+
+
 def save_weights(model: SudokuTransformer, path: str, metadata: dict[str, str]) -> None:
     """Weights only, as safetensors: fp32 tensors plus the model config and `metadata` (str -> str)."""
     from safetensors.torch import save_file
@@ -173,9 +179,7 @@ def load_weights(path: str, device: str = "cpu") -> tuple[SudokuTransformer, dic
         raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
     if "model_config" not in meta:
         raise ValueError(f"{path} has no model_config in its metadata: not written by model.save_weights")
-    known = {f.name for f in fields(ModelConfig)}
-    model = SudokuTransformer(ModelConfig(**{k: v for k, v in json.loads(meta.pop("model_config")).items()
-                                             if k in known}))
+    model = model_from_config(json.loads(meta.pop("model_config")))
     model.load_state_dict(state)
     meta["config"] = json.loads(meta.get("config", "{}"))
     return model.to(device).eval(), meta
@@ -196,12 +200,15 @@ def load_model(path: str, device: str = "cpu", ema: bool = True) -> tuple[Sudoku
     if not os.path.exists(path):
         raise ValueError(f"no checkpoint at {path}: train one with `python train_sudoku.py config/cpu_mlm.py`")
     ckpt = load_checkpoint(path, map_location=device, required=("model", "model_config"))
-    known = {f.name for f in fields(ModelConfig)}
-    model = SudokuTransformer(ModelConfig(**{k: v for k, v in ckpt["model_config"].items() if k in known}))
+    return model_from_checkpoint(ckpt, device, ema), dict(ckpt.get("config", {}))
+
+
+def model_from_checkpoint(ckpt: dict, device: str = "cpu", ema: bool = True) -> SudokuTransformer:
+    """The model of a loaded train_sudoku.py checkpoint, in eval mode (EMA weights if ema and present)."""
+    model = model_from_config(ckpt["model_config"])
     model.load_state_dict(ckpt["model"])
     if ema and ckpt.get("ema") is not None:
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(ckpt["ema"]["shadow"][name])
-    model.to(device).eval()
-    return model, dict(ckpt.get("config", {}))
+    return model.to(device).eval()

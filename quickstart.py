@@ -23,13 +23,15 @@ from tqdm import tqdm
 
 import sudoku
 from model import load_model
+from prepare_data import parse_args as data_args
+from sample import TAUS  # the paper's inference sweep
 from scripts.transfer_check import BUCKETS, bucket_name, exact_by_bucket, independent_twins
 from sudoku_decode import decode_boards
 
 REFERENCES = {"MLM": "reference/mlm.safetensors", "Relay": "reference/relay.safetensors"}
-TAUS = (0.05, 0.10, 0.15, 0.20, 0.25)  # the paper's inference sweep
 HEADLINE_TAU = 0.15  # the paper's default threshold
-MIN_CLUES, MAX_CLUES = 17, 45  # as the training data (prepare_data.py's defaults)
+_DATA = data_args([])
+MIN_CLUES, MAX_CLUES = _DATA.min_clues, _DATA.max_clues  # as the default training data
 
 
 def fresh_puzzles(n: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from model import load_model, save_weights  # noqa: E402
+from model import model_from_checkpoint, save_weights  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,11 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     path = os.path.join(args.ckpt, "ckpt.pt") if os.path.isdir(args.ckpt) else args.ckpt
     try:
         ckpt = load_checkpoint(path, map_location="cpu", required=("model", "model_config", "step"))
-        if ckpt.get("ema") is None:
-            raise SystemExit(f"--ckpt {args.ckpt}: the run kept no EMA weights (ema_decay=0); nothing to export")
-        model, config = load_model(path, ema=True)
     except (CheckpointError, ValueError, OSError) as e:
         raise SystemExit(f"--ckpt {args.ckpt}: {str(e).strip().splitlines()[0]}") from None
+    if ckpt.get("ema") is None:
+        raise SystemExit(f"--ckpt {args.ckpt}: the run kept no EMA weights (ema_decay=0); nothing to export")
+    model, config = model_from_checkpoint(ckpt, ema=True), dict(ckpt.get("config", {}))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     save_weights(model, args.out, {"config": json.dumps(config), "step": str(ckpt["step"]), "weights": "ema"})
     print(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB): {config.get('objective')} at step "
