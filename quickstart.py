@@ -1,6 +1,6 @@
 """Quick start: the reference Relay and MLM Sudoku models on fresh puzzles, as one table and one figure.
 
-    python quickstart.py                 # about 3 minutes on a 2-core CPU; writes out/quickstart/
+    python quickstart.py                 # 6 minutes on the 2-core CPU (shared); writes out/quickstart/
 
 reference/mlm.safetensors and reference/relay.safetensors are the EMA weights of two 0.8M-parameter
 models trained on the CPU with the same compute (MLM: 5,000 steps; Relay, K = 2: 2,500 steps, each
