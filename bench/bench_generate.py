@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     print(f"\n{cfg.shape} model, {device} {str(dtype).removeprefix('torch.')}, batch {cfg.batch_size}, prompt "
           f"{cfg.prompt_len}, {cfg.max_new_tokens} new tokens, threshold {cfg.threshold}")
-    print(f"{'variant':<34} {'tok/s':>9} {'NFE':>7} {'ms/fwd':>8} {'vs uncached':>12} {'same':>6}")
+    print("\n| variant | tok/s | NFE | ms/fwd | vs uncached | same |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"{r['variant']:<34} {r['tok_s']:>9.1f} {r['nfe']:>7.1f} {r['ms_fwd']:>8.2f} {r['speedup']:>11.2f}x {r['same']:>6.3f}")
+        print(f"| {r['variant']} | {r['tok_s']:.1f} | {r['nfe']:.1f} | {r['ms_fwd']:.2f} | {r['speedup']:.2f}x | {r['same']:.3f} |")
     by = {r["variant"]: r for r in rows}
     for a, b in (("prefix cache", "prefix cache + relay carry"), ("uncached", "uncached + relay carry")):
         print(f"relay carry cost per forward ({a}): {100 * (by[b]['ms_fwd'] / by[a]['ms_fwd'] - 1):+.1f}%")

@@ -159,12 +159,12 @@ def main(argv: list[str] | None = None) -> dict:
             model.gradient_checkpointing_enable()
         traces[regime] = profile(cfg, model, regime, device)
         del model
-    print(f"\n{'regime':<9} {'events':>6} {'peak MiB':>10} {'live fwd_end':>13} {'live fwd2_end':>14} {'live bwd_end':>13}")
+    print("\n| regime | events | peak MiB | live MiB at fwd_end | at fwd2_end | at bwd_end |\n|---|---|---|---|---|---|")
     for regime, ev in traces.items():
         live = {name: l for _, name, l, _ in ev}
         peak = max(p for *_, p in ev)
         f = lambda k: f"{live[k] / MiB:.0f}" if k in live else "-"
-        print(f"{regime:<9} {len(ev):>6} {peak / MiB:>10.0f} {f('fwd_end'):>13} {f('fwd2_end'):>14} {f('bwd_end'):>13}")
+        print(f"| {regime} | {len(ev)} | {peak / MiB:.0f} | {f('fwd_end')} | {f('fwd2_end')} | {f('bwd_end')} |")
     os.makedirs(os.path.dirname(cfg.out) or ".", exist_ok=True)
     with open(cfg.out + ".csv", "w", newline="") as f:
         w = csv.writer(f)

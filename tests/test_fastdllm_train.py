@@ -413,3 +413,25 @@ def test_optimizer_step_equals_the_plain_reference(objective):
     assert got.keys() == want.keys() and len(got) > 10
     for k in got:
         torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=1e-6, msg=k)
+
+
+def test_random_1p5b_uses_the_real_tokenizer_padding_and_saves_nothing(tmp_path, monkeypatch):
+    """init_from=random-1.5b (the GPU check's 1.5B-shape step): the model gets the 1.5B config's
+    vocabulary and special ids and the real Qwen tokenizer (ids up to 151665 must fit the embedding),
+    pad_to sets the training length, save_interval=-1 writes nothing. The shapes are shrunk here
+    (width and depth only) so it runs on a CPU. Fails when pad_to is ignored, when a checkpoint is
+    written at the end, and when the tiny tokenizer is used (each checked)."""
+    small = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1)
+    monkeypatch.setattr(T, "FAST_DLLM_V2_1_5B", {**T.FAST_DLLM_V2_1_5B, **small})
+    cfg = T.parse_config(["--init_from=random-1.5b", "--data=toy", "--deepspeed=", "--device=cpu", "--dtype=float32",
+                          "--objective=relay", "--pad_to=100", "--effective_batch=0", "--gradient_accumulation_steps=1",
+                          "--gradient_checkpointing=False", "--max_iters=1", "--save_interval=-1", f"--out_dir={tmp_path}/run"])
+    run = T.setup(cfg)
+    assert run.model.config.vocab_size == 151936 and run.tokenizer.convert_tokens_to_ids("|<MASK>|") == 151665
+    assert run.seq_len == 100
+    x0, _ = collate(run.batches.next(), run.tokenizer.pad_token_id, cfg.bd_size, run.seq_len)
+    assert x0.shape[1] == 128  # 100 rounded up to whole 32-token blocks
+    T.main(["--init_from=random-1.5b", "--data=toy", "--deepspeed=", "--device=cpu", "--dtype=float32", "--objective=sft",
+            "--effective_batch=0", "--gradient_accumulation_steps=1", "--gradient_checkpointing=False", "--max_iters=1",
+            "--save_interval=-1", f"--out_dir={tmp_path}/run2"])
+    assert not os.path.exists(tmp_path / "run2")
