@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configurator import ConfigError, load_config, print_config  # noqa: E402
 from fastdllm_generate import generate  # noqa: E402
-from fastdllm_model import FastDLLM, make_tiny_fastdllm  # noqa: E402
+from fastdllm_model import FAST_DLLM_V2_1_5B, FastDLLM, make_tiny_fastdllm  # noqa: E402
 
 
 @dataclass
@@ -46,12 +46,6 @@ class BenchConfig:
     seed: int = 0
 
 
-SHAPE_1_5B = dict(  # Fast_dLLM_v2_1.5B's config (Qwen2.5-1.5B shapes)
-    vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-    num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-    tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False, bos_token_id=151643,
-    eos_token_id=151645, pad_token_id=151645, bd_size=32, mask_token_id=151665, use_relay=True, relay_layer=-1)
-
 VARIANTS = [  # name, prefix_cache, sub_block_cache, relay_carry
     ("uncached", False, False, False),
     ("prefix cache", True, False, False),
@@ -66,12 +60,8 @@ def build(cfg: BenchConfig, device: str, dtype: torch.dtype) -> FastDLLM:
     if cfg.shape == "tiny":
         model = make_tiny_fastdllm(use_relay=True, seed=cfg.seed, initializer_range=0.5)
     elif cfg.shape == "1.5b":
-        from transformers import Qwen2Config, Qwen2ForCausalLM
-        config = Qwen2Config(**SHAPE_1_5B)
-        config._attn_implementation = "sdpa"
-        torch.manual_seed(cfg.seed)
         with torch.device(device):  # initialise on the device: 1.5B parameters in fp32 on CPU would take minutes
-            model = FastDLLM(Qwen2ForCausalLM(config).to(dtype), use_relay=True)
+            model = make_tiny_fastdllm(use_relay=True, seed=cfg.seed, **FAST_DLLM_V2_1_5B)
     else:
         raise SystemExit(f"--shape must be tiny or 1.5b, got '{cfg.shape}'")
     with torch.no_grad():  # a non-zero relay, as after training (a zero one would cost the same anyway)
