@@ -270,6 +270,15 @@ def test_top_p_sampling_is_seeded(tiny, device):
     assert all(model.config.mask_token_id not in t and len(t) == 20 for t in a)
 
 
+def test_a_generator_on_another_device_is_a_clear_error(tiny, device):
+    """Sampling runs on the model's device; a generator elsewhere is refused up front in one line rather
+    than failing inside torch.multinomial. Checked: fails when generate() stops calling _check_generator."""
+    model, prompts = on(tiny, device)
+    elsewhere = SimpleNamespace(device=torch.device("cuda" if device.type == "cpu" else "cpu"))  # only .device is read
+    with pytest.raises(ValueError, match="make it with torch.Generator"):
+        generate(model, prompts[:1], max_new_tokens=32, temperature=1.0, generator=elsewhere)
+
+
 def test_command_line_on_the_tiny_model(capsys):
     import fastdllm_generate
     answer = fastdllm_generate.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
