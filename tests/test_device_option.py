@@ -18,13 +18,19 @@ def test_takes_the_device(device):
 def test_cpu_only():
     pass
 """
+NO_DEVICE_TESTS = """
+import a_module_this_machine_lacks
+
+def test_data_file():
+    pass
+"""
 
 
-def run(pytester, monkeypatch, cuda: bool, *args):
+def run(pytester, monkeypatch, cuda: bool, *args, cpu_file: bool = True):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
     pytester.makeconftest(open(CONFTEST).read())
-    pytester.makepyfile(test_two=TWO_TESTS)
+    pytester.makepyfile(test_two=TWO_TESTS, **({"test_cpu_file": NO_DEVICE_TESTS} if cpu_file else {}))
     return pytester.runpytest_inprocess("-p", "no:cacheprovider", *args)
 
 
@@ -43,12 +49,17 @@ def test_cuda_without_cuda_stops_with_one_line(pytester, monkeypatch):
 
 def test_accelerator_run_keeps_the_device_tests_and_counts_them(pytester, monkeypatch):
     """With a (patched) CUDA, --device=cuda runs only the tests that take the fixture, hands them
-    torch.device("cuda") and says how many ran; the default run is unchanged. Checked: fails when the
-    deselection is dropped, when the fixture returns cpu, and when the summary line is not printed."""
+    torch.device("cuda") and says how many ran; a test file without device tests is not imported (its
+    missing import would stop the run); the default run is unchanged. Checked: fails when the
+    deselection is dropped, when the fixture returns cpu, when the summary line is not printed, and
+    when pytest_ignore_collect is removed (collection error)."""
     result = run(pytester, monkeypatch, True, "--device=cuda")
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["--device=cuda: 1 tests ran on cuda (1 passed, 0 failed, 0 skipped); "
-                                 "1 tests that do not take the device fixture were deselected*"])
-    default = run(pytester, monkeypatch, True)
+                                 "1 tests that do not take the device fixture were deselected and 1 test files "
+                                 "without one were not collected*"])
+    assert run(pytester, monkeypatch, True).ret == pytest.ExitCode.INTERRUPTED  # the default run imports every file
+    (pytester.path / "test_cpu_file.py").unlink()
+    default = run(pytester, monkeypatch, True, cpu_file=False)
     default.assert_outcomes(passed=1, failed=1)  # device is cpu there, so the cuda assertion fails
     assert "tests ran on" not in default.stdout.str()
