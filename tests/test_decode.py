@@ -183,7 +183,8 @@ def test_decode_hook_and_extras_follow_the_rows(device):
             last[r] = b.clone()
         assert committed.any(1).all()
 
-    out = relay.decode(step_fn, tokens, mask_id=5, tau=0.1, extras={"scale": scale, "row": torch.arange(9, device=device)},
+    row_ids = torch.arange(9, device=device)
+    out = relay.decode(step_fn, tokens, mask_id=5, tau=0.1, extras={"scale": scale, "row": row_ids},
                        on_step=on_step)
     assert torch.equal(forwards, out.nfe)
     assert all(torch.equal(last[r], out.tokens[r]) for r in last)

@@ -403,7 +403,8 @@ class Oracle(nn.Module):
     def forward(self, tokens, h=None):
         agree = (tokens[:, None, :] == self.boards[None]) | (tokens[:, None, :] == MASK)  # (B, N, 81)
         which = agree.all(-1).float().argmax(-1)
-        return 20.0 * nn.functional.one_hot(self.boards[which], V).float(), torch.zeros(*tokens.shape, 2, device=tokens.device)
+        h = torch.zeros(*tokens.shape, 2, device=tokens.device)
+        return 20.0 * nn.functional.one_hot(self.boards[which], V).float(), h
 
 
 def test_validation_exact_match_and_token_accuracy_per_puzzle(device):

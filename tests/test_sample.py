@@ -141,7 +141,7 @@ def test_tau_zero_commits_one_cell_per_step(device):
 
 # ----------------------------------------------------------------------------- NFE accounting, early exit, batching
 
-# fp32: a row's bf16 logits may depend on the batch's shape (CUDA picks kernels by shape), batch invariance is exact in fp32
+# the tiny model in fp32: in bf16 a row's logits may depend on the batch's shape (CUDA picks kernels by shape)
 @pytest.mark.parametrize("make_model", [lambda: Scripted(hashed_rule), lambda: DigitsOnly(tiny(relay=True), fp32=True)])
 def test_early_exit_batching_and_invariants(make_model, device):
     model = make_model().to(device)
