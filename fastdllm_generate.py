@@ -193,6 +193,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
         stop_id = stop_id[0]
     _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
                 prefix_cache, sub_block_cache, relay_carry, cfg.mask_token_id, decode)
+    _check_generator(model, generator)
     opt = _Settings(bs, sub_block_size, threshold, temperature, top_p, cfg.mask_token_id, stop_id,
                     sub_block_cache, relay_carry, generator, trace)
     decode_batch = _generate_authors if decode == "authors" else _generate_batch_invariant
@@ -532,6 +533,14 @@ def _mark_stop_pos(stop_at: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor)
     stop_at = stop_at.clone()
     stop_at[rows] = new
     return stop_at
+
+
+def _check_generator(model, generator: torch.Generator | None) -> None:
+    """Sampling draws on the model's device, so a generator elsewhere fails deep inside torch.multinomial."""
+    device = next(model.parameters()).device
+    if generator is not None and generator.device.type != device.type:
+        raise ValueError(f"the generator is on {generator.device} but the model on {device}; "
+                         f"make it with torch.Generator(device='{device}')")
 
 
 def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,

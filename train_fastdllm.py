@@ -316,7 +316,8 @@ class DeepSpeedBackend:
                                                                  config=deepspeed_config(cfg, cfg.gradient_accumulation_steps))
         self.module = self.engine
         # proof of sharding: outside a forward each ZeRO-3 rank holds only its slice of every parameter
-        local = torch.tensor([sum(p.ds_tensor.numel() for p in model.parameters())], dtype=torch.long)
+        # on the run's device: NCCL (the CUDA backend) refuses CPU tensors in a collective
+        local = torch.tensor([sum(p.ds_tensor.numel() for p in model.parameters())], dtype=torch.long, device=device)
         held = [torch.zeros_like(local) for _ in range(world)]
         dist.all_gather(held, local)
         if self.master:
@@ -559,7 +560,9 @@ def train_step(run: Run, step: int) -> dict:
 
 def log_step(run: Run, step: int, stats: dict, seconds: float, tokens: int) -> None:
     """Print the step's losses, averaged over the ranks (a collective: every rank calls it)."""
-    losses = torch.tensor([stats["loss"], stats["l1"], stats["l2"]], dtype=torch.float64)
+    # a collective on the run's device: NCCL (the CUDA backend) refuses CPU tensors
+    losses = torch.tensor([stats["loss"], stats["l1"], stats["l2"]], dtype=torch.float64,
+                          device=run.device if run.world > 1 else "cpu")
     if run.world > 1:
         dist.all_reduce(losses)
         losses /= run.world

@@ -811,7 +811,9 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
         new_acc += new
         done = step >= cfg.max_iters
         if cfg.max_minutes > 0:
-            out_of_time = torch.tensor(float(run.train_seconds + time.time() - t0 >= 60 * cfg.max_minutes))
+            # the vote runs on the run's device under DDP (NCCL refuses CPU tensors), on the CPU otherwise (no sync)
+            out_of_time = torch.tensor(float(run.train_seconds + time.time() - t0 >= 60 * cfg.max_minutes),
+                                       device=run.device if run.ddp else "cpu")
             if run.ddp:  # every rank must stop at the same step
                 dist.all_reduce(out_of_time, op=dist.ReduceOp.MAX)
             done = done or bool(out_of_time)

@@ -62,8 +62,8 @@ def encode(tokens: torch.Tensor) -> list[str]:
     return ["".join(HEX[t] for t in row.tolist()) for row in tokens]
 
 
-def run_cases() -> dict:
-    questions, model = load_questions(), golden_model()
+def run_cases(device: str | torch.device = "cpu") -> dict:
+    questions, model = load_questions(), golden_model().to(device)  # questions stay on the CPU: decode moves them
     out = {}
     for name, kwargs in CASES:
         res = sudoku_decode.decode(model, questions, record_boards=True, **kwargs)
@@ -76,13 +76,14 @@ def run_cases() -> dict:
     return out
 
 
-def test_decode_matches_the_golden_boards_and_nfe():
+def test_decode_matches_the_golden_boards_and_nfe(device):
     """Catches any change of the decoding loop's boards, per-puzzle NFE, batch NFE, rollout violations
     or per-forward trace. Checked: fails when relay.decode skips the final-fill forward (case
     maxsteps10), when batch_nfe drops its +1, when the carry passes h=None at every step, and when
-    early exit forgets to drop the finished rows' h."""
+    early exit forgets to drop the finished rows' h. On CUDA the float64 model is left alone by the
+    decoder's bf16 autocast (autocast never casts float64), so the CPU golden values must hold there too."""
     expected = json.load(open(GOLDEN))
-    got = run_cases()
+    got = run_cases(device)
     assert set(got) == set(expected)
     for name in expected:
         for key in ("nfe", "batch_nfe", "violations_rollout", "pred", "trace_sha256"):
@@ -116,7 +117,7 @@ class Toy(torch.nn.Module):
         self.head.weight.data.mul_(6.0)
 
     def forward(self, tokens, h=None, scale=None):
-        x = self.emb(tokens) + self.relay_norm(torch.zeros(*tokens.shape, 16) if h is None else h)
+        x = self.emb(tokens) + self.relay_norm(torch.zeros(*tokens.shape, 16, device=tokens.device) if h is None else h)
         h_out = torch.tanh(self.mix(x + x.mean(1, keepdim=True)))
         logits = self.head(h_out)
         return (logits if scale is None else logits * scale[:, None, None]), h_out
@@ -138,18 +139,19 @@ def reference_decode(model, tokens, tau, max_steps, allowed=None):
             commit = relay.confidence_unmask(logits, cand, tau) if step < max_steps else cand
             x = torch.where(commit, logits.argmax(-1), x)
         out[b], nfe = x[0], nfe + [n]
-    return out, torch.tensor(nfe)
+    return out, torch.tensor(nfe, device=tokens.device)
 
 
 @pytest.mark.parametrize("allowed", [None, [0, 1, 2]])
-def test_decode_matches_a_row_by_row_reference(allowed):
+def test_decode_matches_a_row_by_row_reference(allowed, device):
     """relay.decode on a batch equals a plain one-row loop (carry, commit rule, final fill, nfe,
     allowed ids). Checked: fails when decode's carry passes h=None, when the final fill is dropped,
     and when the allowed restriction is not applied."""
-    model = Toy().eval()
+    model = Toy().to(device).eval()
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 5, (12, 10), generator=g)
     tokens[torch.rand(12, 10, generator=g) < 0.7] = 5
+    tokens = tokens.to(device)
     for max_steps in (64, 3):
         out = relay.decode(model, tokens, mask_id=5, tau=0.2, max_steps=max_steps, allowed=allowed)
         ref_tokens, ref_nfe = reference_decode(model, tokens, 0.2, max_steps, allowed)
@@ -159,17 +161,17 @@ def test_decode_matches_a_row_by_row_reference(allowed):
             assert set(out.tokens[tokens == 5].tolist()) <= set(allowed)
 
 
-def test_decode_hook_and_extras_follow_the_rows():
+def test_decode_hook_and_extras_follow_the_rows(device):
     """The hook sees each row once per forward it took, the last board it sees is the final one, and
     per-row extras reach step_fn in the rows' order under early exit. Checked: fails when decode
     passes the extras unsliced (shape error) or sliced by the batch order instead of `rows`."""
-    model = Toy().eval()
+    model = Toy().to(device).eval()
     g = torch.Generator().manual_seed(2)
     tokens = torch.randint(0, 5, (9, 8), generator=g)
     tokens[torch.rand(9, 8, generator=g) < torch.linspace(0.1, 0.9, 9)[:, None]] = 5  # rows finish at different steps
     tokens[:, 0], tokens[:, 1] = torch.arange(9) % 5, torch.arange(9) // 5  # given cells that name the row
-    scale = torch.linspace(0.5, 2.0, 9)
-    forwards, last = torch.zeros(9, dtype=torch.long), {}
+    tokens, scale = tokens.to(device), torch.linspace(0.5, 2.0, 9, device=device)
+    forwards, last = torch.zeros(9, dtype=torch.long, device=device), {}
 
     def step_fn(x, h, scale, row):
         assert torch.equal(x[:, 0], row % 5) and torch.equal(x[:, 1], row // 5), "extras rows out of order"
@@ -181,7 +183,8 @@ def test_decode_hook_and_extras_follow_the_rows():
             last[r] = b.clone()
         assert committed.any(1).all()
 
-    out = relay.decode(step_fn, tokens, mask_id=5, tau=0.1, extras={"scale": scale, "row": torch.arange(9)},
+    row_ids = torch.arange(9, device=device)
+    out = relay.decode(step_fn, tokens, mask_id=5, tau=0.1, extras={"scale": scale, "row": row_ids},
                        on_step=on_step)
     assert torch.equal(forwards, out.nfe)
     assert all(torch.equal(last[r], out.tokens[r]) for r in last)

@@ -5,6 +5,8 @@ from a transcription of the authors' code made outside this repository (same tin
 prompts). The model helpers below are frozen copies so that later edits of make_tiny_fastdllm /
 make_tiny_tokenizer cannot silently move the pinned fixture.
 """
+import copy
+
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -57,6 +59,11 @@ def fixture():
     return frozen_tiny_model(), [tok(t)["input_ids"] for t in PROMPTS], tok.pad_token_id
 
 
+def on(model, device):
+    """The model on `device` for generate(); the module's CPU copy stays for the CPU reference."""
+    return model if device.type == "cpu" else copy.deepcopy(model).to(device)
+
+
 def _run(model, prompts, **kw):
     return generate(model, prompts, **{"max_new_tokens": 96, "threshold": 0.5, "stop_token_id": STOP_ID, **kw})
 
@@ -69,22 +76,24 @@ def test_prompt_lengths_of_the_pinned_fixture(fixture):
 
 
 @pytest.mark.parametrize("prefix_cache", [True, False])
-def test_pinned_values_batched(fixture, prefix_cache):
+def test_pinned_values_batched(fixture, prefix_cache, device):
     """NFE and answer lengths from the outside transcription. Checked to fail when the carry of a row that
     waited is kept, and when finished rows stay counted in NFE. (With MASK left among the candidates the
     reference gives NFE [7, 4, 42, 24] and production, on this random model, stalls committing MASK.)"""
     model, prompts, _ = fixture
+    model = on(model, device)
     plain = _run(model, prompts, prefix_cache=prefix_cache)
     assert plain.nfe == [12, 5, 1, 4] and [len(t) for t in plain.tokens] == [9, 4, 4, 6]
     carry = _run(model, prompts, prefix_cache=prefix_cache, relay_carry=True)
     assert carry.nfe == [7, 4, 6, 34] and [len(t) for t in carry.tokens] == [12, 15, 10, 63]
 
 
-def test_pinned_values_one_at_a_time(fixture):
+def test_pinned_values_one_at_a_time(fixture, device):
     """One prompt per batch with the carry: the last one never commits the stop token, so it runs the
     authors' 4 blocks and keeps the next block's first token (83 = 4 * 32 + 1 - 46). Fails with a per-row
     block count (96 tokens) or without that last token (82)."""
     model, prompts, _ = fixture
+    model = on(model, device)
     outs = [_run(model, [p], relay_carry=True) for p in prompts]
     assert [o.nfe[0] for o in outs] == [26, 8, 1, 45]
     assert [len(o.tokens[0]) for o in outs] == [46, 30, 4, 83]
@@ -105,23 +114,24 @@ def _prompts(lengths):
 @pytest.mark.parametrize("lengths", LENGTHS)
 @pytest.mark.parametrize("relay_carry", [False, True])
 @pytest.mark.parametrize("prefix_cache", [True, False])
-def test_equals_the_plain_reference(fixture, lengths, relay_carry, prefix_cache):
+def test_equals_the_plain_reference(fixture, lengths, relay_carry, prefix_cache, device):
     """Tokens, NFE and stop flags equal the no-cache transcription, batched with mixed prompt lengths.
     Checked to fail when: the carry is kept for rows that waited; the AR token is written for a row whose
     prompt ends at a block boundary while a longer prompt remains; finished rows stay counted in NFE."""
     model, _, pad_id = fixture
     prompts = _prompts(lengths)
-    out = _run(model, prompts, relay_carry=relay_carry, prefix_cache=prefix_cache, max_new_tokens=64)
+    out = _run(on(model, device), prompts, relay_carry=relay_carry, prefix_cache=prefix_cache, max_new_tokens=64)
     tails, nfe, finished = reference_decode(model, prompts, 64, 0.5, STOP_ID, pad_id, relay_carry=relay_carry)
     assert out.nfe == nfe
     assert out.stopped == finished
     assert out.tokens == [t[:t.index(STOP_ID)] if f else t for t, f in zip(tails, finished)]
 
 
-def test_reference_cases_are_exercised(fixture):
+def test_reference_cases_are_exercised(fixture, device):
     """The mixed-length cases above must contain finished and unfinished rows and threshold commits of
     several tokens, or the equality would test little."""
     model, _, pad_id = fixture
+    model = on(model, device)
     stopped, multi = set(), False
     for lengths in LENGTHS:
         out = _run(model, _prompts(lengths), relay_carry=True, max_new_tokens=64, trace=True)
@@ -130,17 +140,18 @@ def test_reference_cases_are_exercised(fixture):
     assert stopped == {True, False} and multi
 
 
-def test_batching_changes_the_carry_decoding(fixture):
+def test_batching_changes_the_carry_decoding(fixture, device):
     """The authors' carry is batch-level: a row's decoding depends on its batch (pinned: 45 NFE alone vs 34
     batched for the last prompt); batch_invariant keeps the one-by-one result."""
     model, prompts, _ = fixture
+    model = on(model, device)
     batched = _run(model, prompts, relay_carry=True, decode="batch_invariant")
     alone = [_run(model, [p], relay_carry=True, decode="batch_invariant").nfe[0] for p in prompts]
     assert batched.nfe == alone
     assert _run(model, prompts, relay_carry=True).nfe != alone
 
 
-def test_sub_block_cache_partial_forwards_exact_for_one_layer():
+def test_sub_block_cache_partial_forwards_exact_for_one_layer(device):
     """In a 1-layer model without relay a position's keys depend on its own token only, so the partial
     sub-block forwards (the 8 positions written in place) must reproduce full decoding. Checked to fail
     when a partial forward is taken while the sub-block's first position is still MASK in some row."""
@@ -149,7 +160,7 @@ def test_sub_block_cache_partial_forwards_exact_for_one_layer():
     config = frozen_tiny_model().config
     config.num_hidden_layers, config.use_relay = 1, False
     torch.manual_seed(0)
-    model = FastDLLM(Qwen2ForCausalLM(config)).double().eval()
+    model = FastDLLM(Qwen2ForCausalLM(config)).double().to(device).eval()
     dual = _run(model, prompts, sub_block_cache=True, trace=True)
     plain = _run(model, prompts, trace=True)
     assert dual.tokens == plain.tokens and dual.nfe == plain.nfe
@@ -157,12 +168,12 @@ def test_sub_block_cache_partial_forwards_exact_for_one_layer():
     assert len(keys) > len(set(keys))  # some sub-block took several forwards, so partial forwards ran
 
 
-def test_stop_from_the_cache_update_forward_does_not_finish():
+def test_stop_from_the_cache_update_forward_does_not_finish(device):
     """Scripted stand-in (block 8, sub-block 4): the stop token sits at position 24, a block start, so the
     cache-update forward chooses it. The row must go on (NFE counting) to the block limit
     (40 // 8 + 3 // 8 = 5 blocks), keep the stop token inside its answer and the next block's first token
     (41 - 3 = 38 tokens). Fails if the AR stop finishes the row (batch_invariant stops at 21 tokens)."""
-    model = Scripted(stop_at=24)
+    model = Scripted(stop_at=24).to(device)  # generate() decodes on its device, the reference on the CPU
     out = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8)
     tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, STOP, -1, sub_block_size=4)
     assert out.stopped == [False] == finished
@@ -173,11 +184,11 @@ def test_stop_from_the_cache_update_forward_does_not_finish():
     assert early.stopped == [True] and len(early.tokens[0]) == 21 and early.nfe[0] < out.nfe[0]
 
 
-def test_committed_stop_finishes_and_nfe_stops_counting():
+def test_committed_stop_finishes_and_nfe_stops_counting(device):
     """Scripted stop at position 21 (mid-block, committed by the threshold rule): the row finishes there;
     the forwards that finish its block are not counted. By hand: positions 3..21 are decoded with
     threshold 0.85 in sub-blocks of 4; the forward that commits 21 is the last counted one."""
-    model = Scripted(stop_at=21)
+    model = Scripted(stop_at=21).to(device)
     out = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8, trace=True)
     tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, STOP, -1, sub_block_size=4)
     assert out.stopped == [True] == finished and out.nfe == nfe
@@ -193,15 +204,16 @@ class TwoStops(Scripted):
         out = super().forward(input_ids, relay_h, attention_mask, position_ids, past_key_values)
         for k, q in enumerate(position_ids[0].tolist()):
             if q + 1 == 29:
-                out.logits[:, k] = torch.full((out.logits.shape[-1],), -10.0).index_fill(0, torch.tensor([STOP]), 10.0)
+                out.logits[:, k] = torch.full((out.logits.shape[-1],), -10.0, device=input_ids.device).index_fill(
+                    0, torch.tensor([STOP], device=input_ids.device), 10.0)
         return out
 
 
-def test_answer_ends_at_the_first_stop_even_if_chosen_autoregressively():
+def test_answer_ends_at_the_first_stop_even_if_chosen_autoregressively(device):
     """The row finishes at the committed stop (29) but, as the authors pad after the first stop token of
     the answer, its answer ends at the autoregressive one (24): 24 - 3 = 21 tokens. Fails if the answer is
     cut at the stop that finished the row (26 tokens)."""
-    model = TwoStops(stop_at=24)
+    model = TwoStops(stop_at=24).to(device)
     out = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8)
     tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, STOP, -1, sub_block_size=4)
     assert out.stopped == [True] == finished and out.nfe == nfe

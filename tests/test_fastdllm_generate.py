@@ -30,6 +30,12 @@ def tiny():
     return model, prompts  # prompt lengths 14, 98 and 64 (a multiple of the block size)
 
 
+def on(tiny, device):
+    """The module's tiny model on `device` (moved in place: every test of a run uses the same device)."""
+    model, prompts = tiny
+    return model.to(device), prompts
+
+
 def _run(model, prompts, **kw):
     kw = {"max_new_tokens": 40, "threshold": THRESHOLD, "stop_token_id": -1, "trace": True, "decode": "batch_invariant", **kw}
     return generate(model, prompts, **kw)
@@ -45,8 +51,8 @@ def _assert_same(a, b, atol=1e-8):
 
 
 @pytest.mark.parametrize("relay_carry", [False, True])
-def test_prefix_cache_equals_full_recomputation(tiny, relay_carry):
-    model, prompts = tiny
+def test_prefix_cache_equals_full_recomputation(tiny, relay_carry, device):
+    model, prompts = on(tiny, device)
     cached = _run(model, prompts, relay_carry=relay_carry)
     full = _run(model, prompts, relay_carry=relay_carry, prefix_cache=False)
     _assert_same(cached, full)
@@ -54,21 +60,21 @@ def test_prefix_cache_equals_full_recomputation(tiny, relay_carry):
 
 
 @pytest.mark.parametrize("relay_carry", [False, True])
-def test_sub_block_cache_is_exact_with_one_sub_block(tiny, relay_carry):
+def test_sub_block_cache_is_exact_with_one_sub_block(tiny, relay_carry, device):
     # with sub_block_size == block_size the DualCache refreshes the whole block each forward: exact
-    model, prompts = tiny
+    model, prompts = on(tiny, device)
     dual = _run(model, prompts, relay_carry=relay_carry, sub_block_size=32, sub_block_cache=True)
     full = _run(model, prompts, relay_carry=relay_carry, sub_block_size=32, prefix_cache=False)
     _assert_same(dual, full)
 
 
-def test_sub_block_cache_partial_forwards_exact_for_one_layer(tiny):
+def test_sub_block_cache_partial_forwards_exact_for_one_layer(tiny, device):
     # With sub-blocks of 8 the DualCache reads stale keys/values for the rest of the block, so in general
     # it differs from full recomputation. In a 1-layer model without relay, keys/values depend only on
     # each position's own token, so nothing is stale and the partial forwards (the sub-block plus the
     # position before it, written in place) must reproduce the uncached logits exactly.
     _, prompts = tiny
-    model = make_tiny_fastdllm(seed=0, initializer_range=0.5, num_hidden_layers=1).double().eval()
+    model = make_tiny_fastdllm(seed=0, initializer_range=0.5, num_hidden_layers=1).double().to(device).eval()
     dual = _run(model, prompts, sub_block_cache=True)
     full = _run(model, prompts, prefix_cache=False)
     _assert_same(dual, full)
@@ -77,19 +83,19 @@ def test_sub_block_cache_partial_forwards_exact_for_one_layer(tiny):
     assert len(keys) > len(set(keys))
 
 
-def test_relay_carry_changes_decoding(tiny):
+def test_relay_carry_changes_decoding(tiny, device):
     # guards the equivalence tests above against a carry that silently does nothing
-    model, prompts = tiny
+    model, prompts = on(tiny, device)
     plain, carry = _run(model, prompts), _run(model, prompts, relay_carry=True)
     assert plain.tokens != carry.tokens or plain.nfe != carry.nfe
     # a zero relay LayerNorm (the fresh Relay init) is an exact no-op
-    zero = make_tiny_fastdllm(use_relay=True, seed=0, initializer_range=0.5).double().eval()
+    zero = make_tiny_fastdllm(use_relay=True, seed=0, initializer_range=0.5).double().to(device).eval()
     _assert_same(_run(zero, prompts), _run(zero, prompts, relay_carry=True), atol=0)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(relay_carry=True), dict(relay_carry=True, sub_block_cache=True)])
-def test_batched_equals_one_by_one(tiny, kw):
-    model, prompts = tiny
+def test_batched_equals_one_by_one(tiny, kw, device):
+    model, prompts = on(tiny, device)
     batched = _run(model, prompts, **kw)
     for i, p in enumerate(prompts):
         alone = _run(model, [p], **kw)
@@ -97,8 +103,8 @@ def test_batched_equals_one_by_one(tiny, kw):
         assert alone.nfe[0] == batched.nfe[i]
 
 
-def test_threshold_one_commits_one_token_per_forward(tiny):
-    model, prompts = tiny
+def test_threshold_one_commits_one_token_per_forward(tiny, device):
+    model, prompts = on(tiny, device)
     out = _run(model, prompts, threshold=1.0)
     for t in out.trace:
         assert [c for c, a in zip(t["committed"], t["active"]) if a] == [1] * sum(t["active"])
@@ -110,8 +116,8 @@ def test_threshold_one_commits_one_token_per_forward(tiny):
         assert n == len(toks) - ar + tail
 
 
-def test_max_new_tokens_and_no_mask_left(tiny):
-    model, prompts = tiny
+def test_max_new_tokens_and_no_mask_left(tiny, device):
+    model, prompts = on(tiny, device)
     out = _run(model, prompts, max_new_tokens=5)
     mask_id = model.config.mask_token_id
     assert [len(t) for t in out.tokens] == [5, 5, 5]
@@ -145,14 +151,14 @@ class Scripted(torch.nn.Module):
     def forward(self, input_ids, relay_h=None, attention_mask=None, position_ids=None, past_key_values=None):
         pos = position_ids[0].tolist()
         self.calls.append((input_ids.shape[0], pos[0], len(pos)))
-        logits = torch.full((input_ids.shape[0], len(pos), V), 0.0)
+        logits = torch.full((input_ids.shape[0], len(pos), V), 0.0, device=input_ids.device)
         for k, q in enumerate(pos):
             tok, conf = script(q + 1, self.stop_at)
             # softmax(log p) = p: conf on tok, the rest spread evenly
-            p = torch.full((V,), (1 - conf) / (V - 1))
+            p = torch.full((V,), (1 - conf) / (V - 1), device=input_ids.device)
             p[tok] = conf
             logits[:, k] = p.log()
-        return SimpleNamespace(logits=logits, hidden=torch.zeros(input_ids.shape[0], len(pos), 4))
+        return SimpleNamespace(logits=logits, hidden=torch.zeros(input_ids.shape[0], len(pos), 4, device=input_ids.device))
 
 
 def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int = -1):
@@ -182,17 +188,17 @@ def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int
 
 
 @pytest.mark.parametrize("plen,max_new", [(3, 20), (8, 17), (13, 1), (16, 30)])
-def test_nfe_accounting_scripted(plen, max_new):
-    model = Scripted()
+def test_nfe_accounting_scripted(plen, max_new, device):
+    model = Scripted().to(device)
     out = generate(model, [[5] * plen], max_new_tokens=max_new, threshold=0.85, sub_block_size=4, block_size=8,
                    decode="batch_invariant")
     nfe, toks, stopped = expected(plen, max_new, 8, 4, 0.85)
     assert out.nfe == [nfe] and out.tokens == [toks] and out.stopped == [stopped]
 
 
-def test_stop_token_scripted():
+def test_stop_token_scripted(device):
     # row 0 (prompt 3) reaches the stop at position 21; row 1 (prompt 25) starts after it and runs on
-    model = Scripted(stop_at=21)
+    model = Scripted(stop_at=21).to(device)
     out = generate(model, [[5] * 3, [5] * 25], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8,
                    trace=True, decode="batch_invariant")
     for r, plen in enumerate((3, 25)):
@@ -253,13 +259,24 @@ def test_bad_arguments(tiny):
         generate(make_tiny_fastdllm(use_relay=False), prompts, relay_carry=True)
 
 
-def test_top_p_sampling_is_seeded(tiny):
-    model, prompts = tiny
+def test_top_p_sampling_is_seeded(tiny, device):
+    model, prompts = on(tiny, device)
+    # the generator lives where the logits are sampled: torch.multinomial refuses a CPU one for CUDA logits
     run = lambda seed: generate(model, prompts[:2], max_new_tokens=20, temperature=1.0, top_p=0.9, stop_token_id=-1,
-                                generator=torch.Generator().manual_seed(seed), decode="batch_invariant").tokens
+                                generator=torch.Generator(device=device).manual_seed(seed),
+                                decode="batch_invariant").tokens
     a, b, c = run(0), run(0), run(1)
     assert a == b and a != c
     assert all(model.config.mask_token_id not in t and len(t) == 20 for t in a)
+
+
+def test_a_generator_on_another_device_is_a_clear_error(tiny, device):
+    """Sampling runs on the model's device; a generator elsewhere is refused up front in one line rather
+    than failing inside torch.multinomial. Checked: fails when generate() stops calling _check_generator."""
+    model, prompts = on(tiny, device)
+    elsewhere = SimpleNamespace(device=torch.device("cuda" if device.type == "cpu" else "cpu"))  # only .device is read
+    with pytest.raises(ValueError, match="make it with torch.Generator"):
+        generate(model, prompts[:1], max_new_tokens=32, temperature=1.0, generator=elsewhere)
 
 
 def test_command_line_on_the_tiny_model(capsys):

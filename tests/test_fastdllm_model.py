@@ -11,11 +11,12 @@ from fastdllm_model import (bd_training_mask, block_causal_mask, load_fastdllm, 
 
 
 def _rand_ids(model, B, L, n_mask, seed=0):
+    """Random ids with n_mask MASK columns, on the model's device."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 256, (B, L), generator=g)
     pos = torch.randperm(L, generator=g)[:n_mask]
     x[:, pos] = model.mask_token_id
-    return x
+    return x.to(model.lm_head.weight.device)
 
 
 def test_training_mask_equals_three_rules():
@@ -54,13 +55,13 @@ def test_shift_exact_values():
     assert torch.equal(shift_hidden(x), s)
 
 
-def test_zero_init_relay_gives_exactly_the_no_relay_logits():
-    base = make_tiny_fastdllm(use_relay=False, seed=1, bd_size=8)
-    relay = make_tiny_fastdllm(use_relay=True, seed=1, bd_size=8)
-    assert torch.equal(relay.relay_layer_norm.weight, torch.zeros(64))
-    assert torch.equal(relay.relay_layer_norm.bias, torch.zeros(64))
+def test_zero_init_relay_gives_exactly_the_no_relay_logits(device):
+    base = make_tiny_fastdllm(use_relay=False, seed=1, bd_size=8).to(device)
+    relay = make_tiny_fastdllm(use_relay=True, seed=1, bd_size=8).to(device)
+    assert torch.equal(relay.relay_layer_norm.weight.cpu(), torch.zeros(64))
+    assert torch.equal(relay.relay_layer_norm.bias.cpu(), torch.zeros(64))
     x = _rand_ids(base, 2, 16, 6)
-    h = torch.randn(2, 16, 64) * 3
+    h = (torch.randn(2, 16, 64) * 3).to(device)
     with torch.no_grad():
         a = base(x).logits
         b = relay(x, relay_h=h).logits
@@ -69,14 +70,14 @@ def test_zero_init_relay_gives_exactly_the_no_relay_logits():
         base(x, relay_h=h)
 
 
-def test_relay_enters_only_at_mask_positions():
-    model = make_tiny_fastdllm(use_relay=True, bd_size=8)
+def test_relay_enters_only_at_mask_positions(device):
+    model = make_tiny_fastdllm(use_relay=True, bd_size=8).to(device)
     with torch.no_grad():
         model.relay_layer_norm.weight.fill_(1.0)
         model.relay_layer_norm.bias.fill_(0.3)
     x = _rand_ids(model, 2, 16, 6)
     x = torch.cat([x, x], dim=1)  # doubled input; relay covers the first half only
-    h = torch.randn(2, 16, 64)
+    h = torch.randn(2, 16, 64).to(device)
     with torch.no_grad():
         e0 = model.embed(x)
         e1 = model.embed(x, h)
@@ -88,8 +89,8 @@ def test_relay_enters_only_at_mask_positions():
         assert not torch.equal(model(x[:, :16]).logits, model(x[:, :16], relay_h=h).logits)
 
 
-def test_forward_with_cache_equals_full_forward():
-    model = make_tiny_fastdllm(bd_size=8).eval()
+def test_forward_with_cache_equals_full_forward(device):
+    model = make_tiny_fastdllm(bd_size=8).to(device).eval()
     x = _rand_ids(model, 2, 24, 4)
     with torch.no_grad():
         full = model(x)  # default mask: block-causal over absolute positions
@@ -101,11 +102,11 @@ def test_forward_with_cache_equals_full_forward():
 
 
 @pytest.mark.parametrize("relay_layer", [-1, 0])
-def test_n_last_keeps_the_last_positions_of_a_full_forward(relay_layer):
+def test_n_last_keeps_the_last_positions_of_a_full_forward(relay_layer, device):
     """n_last (what decoding reads) returns exactly the last positions of the full forward, for the final-norm
     and a decoder-layer readout. Fails if n_last keeps the first positions (checked: slice(0, n_last)) or
     slices logits but not hidden; giving n_keep too is refused."""
-    model = make_tiny_fastdllm(bd_size=8, relay_layer=relay_layer).eval()
+    model = make_tiny_fastdllm(bd_size=8, relay_layer=relay_layer).to(device).eval()
     x = _rand_ids(model, 2, 24, 5)
     with torch.no_grad():
         full, tail = model(x), model(x, n_last=3)
@@ -115,21 +116,21 @@ def test_n_last_keeps_the_last_positions_of_a_full_forward(relay_layer):
         model(x, n_keep=2, n_last=3)
 
 
-def test_hidden_is_final_norm_output_and_relay_layer_readout():
-    model = make_tiny_fastdllm(bd_size=8).eval()
+def test_hidden_is_final_norm_output_and_relay_layer_readout(device):
+    model = make_tiny_fastdllm(bd_size=8).to(device).eval()
     x = _rand_ids(model, 1, 16, 3)
     with torch.no_grad():
         out = model(x)
         torch.testing.assert_close(model.lm_head(out.hidden), out.logits)  # h_s feeds the head
         model.config.relay_layer = 0
-        mask = block_causal_mask(16, 16, 8)
+        mask = block_causal_mask(16, 16, 8, device=device)
         ref = model.model(inputs_embeds=model.embed(x), attention_mask=mask, output_hidden_states=True).hidden_states
         out0 = model(x)
     torch.testing.assert_close(out0.hidden, ref[1])  # raw residual stream after decoder layer 0
     torch.testing.assert_close(out0.logits, out.logits)
 
 
-def test_save_load_round_trip_with_relay_keys(tmp_path):
+def test_save_load_round_trip_with_relay_keys(tmp_path, device):
     model = make_tiny_fastdllm(use_relay=True, bd_size=8)
     with torch.no_grad():
         model.relay_layer_norm.weight.normal_()
@@ -137,25 +138,27 @@ def test_save_load_round_trip_with_relay_keys(tmp_path):
     save_fastdllm(model, make_tiny_tokenizer(), str(tmp_path))
     cfg = json.load(open(tmp_path / "config.json"))
     assert cfg["use_relay"] is True and cfg["relay_layer"] == -1 and cfg["bd_size"] == 8
-    loaded, tok = load_fastdllm(str(tmp_path), dtype=torch.float32)
+    loaded, tok = load_fastdllm(str(tmp_path), dtype=torch.float32, device=str(device))
     assert loaded.relay_layer_norm is not None and tok.convert_tokens_to_ids("|<MASK>|") == loaded.mask_token_id
     for k, v in model.state_dict().items():
-        assert torch.equal(v, loaded.state_dict()[k]), k
+        assert loaded.state_dict()[k].device.type == device.type and torch.equal(v, loaded.state_dict()[k].cpu()), k
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight  # tie survives
+    model.to(device)
     x = _rand_ids(model, 2, 16, 5)
-    h = torch.randn(2, 16, 64)
+    h = torch.randn(2, 16, 64).to(device)
     with torch.no_grad():
         assert torch.equal(model(x, relay_h=h).logits, loaded(x, relay_h=h).logits)
     # use_relay=False drops the relay; use_relay=True on a plain checkpoint attaches a zero one
     assert load_fastdllm(str(tmp_path), use_relay=False, dtype=torch.float32)[0].relay_layer_norm is None
     # transformers users can read the same directory as a plain Qwen2 (relay keys ignored)
-    hf = Qwen2ForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32)
+    hf = Qwen2ForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).to(device)
     with torch.no_grad():
         # without relay_h the relay is inactive, so plain Qwen2 with the same mask must agree
-        torch.testing.assert_close(hf(x, attention_mask=block_causal_mask(16, 16, 8)).logits, model(x).logits)
+        torch.testing.assert_close(hf(x, attention_mask=block_causal_mask(16, 16, 8, device=device)).logits,
+                                   model(x).logits)
 
 
-def test_loads_released_key_layout(tmp_path):
+def test_loads_released_key_layout(tmp_path, device):
     """A checkpoint as the authors' code writes it: Fast_dLLM_Qwen model_type and auto_map,
     pre-release key names, sharded safetensors with an index, no lm_head (tied)."""
     src = make_tiny_fastdllm(use_relay=True, bd_size=8, seed=3)
@@ -176,10 +179,11 @@ def test_loads_released_key_layout(tmp_path):
                auto_map={"AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"})
     json.dump(cfg, open(tmp_path / "config.json", "w"))
     make_tiny_tokenizer().save_pretrained(str(tmp_path))
-    model, _ = load_fastdllm(str(tmp_path), dtype=torch.float32)
+    model, _ = load_fastdllm(str(tmp_path), dtype=torch.float32, device=str(device))
     assert model.config.use_relay and model.config.relay_layer == -1
+    src.to(device)
     x = _rand_ids(src, 2, 16, 6)
-    h = torch.randn(2, 16, 64)
+    h = torch.randn(2, 16, 64).to(device)
     with torch.no_grad():
         assert torch.equal(model(x, relay_h=h).logits, src(x, relay_h=h).logits)
 

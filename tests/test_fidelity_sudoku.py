@@ -119,7 +119,7 @@ def small_stream_weights(model: SudokuTransformer, seed: int) -> None:
 
 
 @pytest.mark.parametrize("relay_model,tie", [(False, False), (True, False), (True, True)])
-def test_forward_matches_float64_reference_of_the_paper_architecture(relay_model, tie):
+def test_forward_matches_float64_reference_of_the_paper_architecture(relay_model, tie, device):
     """The model equals a float64 forward written from App. A.1 and the architecture facts, with
     inputs on the scale where LayerNorm's eps matters.
 
@@ -137,9 +137,11 @@ def test_forward_matches_float64_reference_of_the_paper_architecture(relay_model
     g = torch.Generator().manual_seed(2)
     tokens = torch.randint(2, V, (2, 81), generator=g)
     states = [None] + ([1e-3 * torch.randn(2, 81, 8, generator=g).double()] if relay_model else [])
+    model.to(device)  # the model runs on the device, the reference on the CPU
     for h in states:
         with torch.no_grad():
-            logits, h_out = model(tokens, h)
+            logits, h_out = model(tokens.to(device), None if h is None else h.to(device))
+        logits, h_out = logits.cpu(), h_out.cpu()
         ref_logits, ref_h = reference_forward(P, tokens, h, n_layer, n_head, relay_model)
         torch.testing.assert_close(h_out, ref_h, rtol=1e-6, atol=1e-10)
         scale = ref_logits.abs().max()  # the tied head is the small embedding: logits ~1e-3
@@ -151,7 +153,7 @@ def test_forward_matches_float64_reference_of_the_paper_architecture(relay_model
 
 # ----------------------------------------------------------------------------- dropout placement
 
-def test_ffn_dropout_is_applied_to_the_ffn_output_only():
+def test_ffn_dropout_is_applied_to_the_ffn_output_only(device):
     """In train mode the FFN's contribution is each element of W2 relu(W1 LN2(x) + b1) + b2 either dropped
     or scaled by 1/(1-p): dropout on the FFN output, none inside it, none on the embedding.
 
@@ -160,10 +162,10 @@ def test_ffn_dropout_is_applied_to_the_ffn_output_only():
     """
     p = 0.5
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=p))
+    model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=p)).to(device)
     with torch.no_grad():
         model.blocks[0].attn.proj.weight.zero_()  # attention adds exactly 0: only the FFN path is left
-    tokens = torch.randint(2, V, (4, 81), generator=torch.Generator().manual_seed(1))
+    tokens = torch.randint(2, V, (4, 81), generator=torch.Generator().manual_seed(1)).to(device)
     emb = model.tok_emb.weight[tokens].detach()
     model.eval()
     with torch.no_grad():
@@ -177,7 +179,7 @@ def test_ffn_dropout_is_applied_to_the_ffn_output_only():
     torch.testing.assert_close(train_delta, torch.where(dropped, 0.0, eval_delta / (1 - p)), rtol=1e-5, atol=1e-6)
 
 
-def test_attention_dropout_on_probabilities_and_on_the_output_projection():
+def test_attention_dropout_on_probabilities_and_on_the_output_projection(device):
     """With one head, identical tokens (so every v is the same vector v0) and the FFN zeroed, the
     attention output of cell i in train mode is proj_drop(W_o s_i v0), where s_i = the sum of cell i's
     attention probabilities after dropout. So per cell the kept elements are W_o v0 times one common
@@ -189,11 +191,11 @@ def test_attention_dropout_on_probabilities_and_on_the_output_projection():
     """
     p = 0.5
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(n_layer=1, n_head=1, n_embd=16, d_ff=32, dropout=p))
+    model = SudokuTransformer(ModelConfig(n_layer=1, n_head=1, n_embd=16, d_ff=32, dropout=p)).to(device)
     with torch.no_grad():
         model.blocks[0].ffn.fc2.weight.zero_()
         model.blocks[0].ffn.fc2.bias.zero_()
-    tokens = torch.full((1, 81), DIGIT0 + 5)
+    tokens = torch.full((1, 81), DIGIT0 + 5, device=device)
     emb = model.tok_emb.weight[tokens].detach()
     model.eval()
     with torch.no_grad():
@@ -229,10 +231,10 @@ class FixedLogits(nn.Module):
         self.logits = probs.log()
 
     def forward(self, z, h=None):
-        return self.logits.clone(), torch.zeros(*z.shape, 2)
+        return self.logits.clone(), torch.zeros(*z.shape, 2, device=z.device)
 
 
-def test_rollout_loss_by_hand_with_revealed_cells_k2():
+def test_rollout_loss_by_hand_with_revealed_cells_k2(device):
     """K = 2 rollout loss on two 4-cell rows, computed by hand: L = L_1 + L_2, each L_k the cross-entropy
     averaged over the still-masked, non-clue cells of the whole batch (paper Eq. relay_rollout_objective;
     the authors' code sums the per-step token means). Row 0 has a clue and an already revealed cell.
@@ -244,6 +246,7 @@ def test_rollout_loss_by_hand_with_revealed_cells_k2():
     maskable = torch.tensor([[False, True, True, True], [False, True, True, True]])
     z = torch.tensor([[8, 9, MASK, MASK], [8, MASK, MASK, MASK]])  # row 0: cell 1 already revealed
     p = torch.tensor([[0.1, 0.9, 0.5, 0.25], [0.1, 0.8, 0.5, 0.25]])  # probability of the true digit
+    x0, maskable, z, p = x0.to(device), maskable.to(device), z.to(device), p.to(device)
     step = FixedLogits(x0, p)
     # tau = 0.15 and every u = 1 - c >= 0.2: nothing qualifies, so each row commits its most confident cell
     out = relay.rollout_loss(step, (z, x0, maskable, None), K=2, variant="rollout", mask_id=MASK,
@@ -271,13 +274,14 @@ def fixed_clue_puzzles(n: int, n_clues: int, seed: int) -> types.SimpleNamespace
 DATA = fixed_clue_puzzles(64, 30, seed=0)
 
 
-def train(tmp, *args, val=None) -> dict:
-    cfg = load_config(ts.TrainConfig, TINY + [f"--out_dir={tmp}", "--eval_interval=0", *args])
+def train(tmp, *args, val=None, device="cpu") -> dict:
+    """A tiny run; on a non-CPU device with the default dtype=auto (bf16 autocast on CUDA)."""
+    cfg = load_config(ts.TrainConfig, TINY + [f"--out_dir={tmp}", "--eval_interval=0", f"--device={device}", *args])
     ts.train(cfg, DATA, val)
-    return torch.load(os.path.join(tmp, "ckpt.pt"), weights_only=True)
+    return torch.load(os.path.join(tmp, "ckpt.pt"), map_location="cpu", weights_only=True)
 
 
-def test_training_loss_is_the_sum_of_the_k_step_losses(tmp_path, monkeypatch):
+def test_training_loss_is_the_sum_of_the_k_step_losses(tmp_path, monkeypatch, device):
     """The loss the loop logs (and backpropagates) for a rollout objective is L_1 + L_2, the sum of the
     step losses rollout_loss returns (checked by hand in test_rollout_loss_by_hand_with_revealed_cells_k2).
 
@@ -290,13 +294,13 @@ def test_training_loss_is_the_sum_of_the_k_step_losses(tmp_path, monkeypatch):
         seen.append([s.item() for s in out.step_losses])
         return out
     monkeypatch.setattr(ts, "rollout_loss", spy)
-    train(tmp_path, "--objective=relay", "--max_iters=2", "--eval_puzzles=0")
+    train(tmp_path, "--objective=relay", "--max_iters=2", "--eval_puzzles=0", device=device)
     logged = [json.loads(line)["loss"] for line in open(tmp_path / "metrics.jsonl")]
     assert len(seen) == 2 and all(len(s) == 2 for s in seen)
     assert logged == pytest.approx([sum(s) for s in seen], abs=2e-5)
 
 
-def test_training_tau_is_noisy_per_step_and_fixed_without_sigma(tmp_path, monkeypatch):
+def test_training_tau_is_noisy_per_step_and_fixed_without_sigma(tmp_path, monkeypatch, device):
     """The loop's unmasking threshold is tau = max(0, 0.15 + 0.1 eps), a new eps per inner step
     (App. A.1: perturbed by N(0, 0.1^2) during training); with train_tau_sigma = 0 it is 0.15 exactly.
 
@@ -310,16 +314,17 @@ def test_training_tau_is_noisy_per_step_and_fixed_without_sigma(tmp_path, monkey
         return confidence_unmask(logits, candidates, tau)
     confidence_unmask = relay.confidence_unmask
     monkeypatch.setattr(relay, "confidence_unmask", spy)
-    train(tmp_path / "noisy", "--objective=rollout", "--max_iters=4", "--eval_puzzles=0")
+    train(tmp_path / "noisy", "--objective=rollout", "--max_iters=4", "--eval_puzzles=0", device=device)
     assert len(taus) == 8 and len(set(taus)) == 8  # K = 2 draws per optimizer step, all different
     spread = np.abs(np.array(taus) - 0.15)
     assert 0.01 < spread.mean() < 0.3 and min(taus) >= 0.0
     taus.clear()
-    train(tmp_path / "fixed", "--objective=rollout", "--max_iters=4", "--eval_puzzles=0", "--train_tau_sigma=0.0")
+    train(tmp_path / "fixed", "--objective=rollout", "--max_iters=4", "--eval_puzzles=0", "--train_tau_sigma=0.0",
+          device=device)
     assert taus == [0.15] * 8
 
 
-def test_mlm_training_never_masks_clues(tmp_path, monkeypatch):
+def test_mlm_training_never_masks_clues(tmp_path, monkeypatch, device):
     """Every input the MLM loop feeds the model keeps the clue cells (here always the first 30 cells)
     and masks each other cell with a per-puzzle probability t ~ U(0, 1).
 
@@ -332,8 +337,8 @@ def test_mlm_training_never_masks_clues(tmp_path, monkeypatch):
         inputs.append(tokens.detach().clone())
         return forward(self, tokens, h)
     monkeypatch.setattr(SudokuTransformer, "forward", spy)
-    train(tmp_path, "--objective=mlm", "--max_iters=8", "--eval_puzzles=0")
-    x = torch.cat(inputs)
+    train(tmp_path, "--objective=mlm", "--max_iters=8", "--eval_puzzles=0", device=device)
+    x = torch.cat(inputs).cpu()
     assert x.shape == (8 * 16, 81)
     assert not (x[:, :30] == MASK).any()
     frac = (x[:, 30:] == MASK).float().mean(1)
@@ -349,7 +354,7 @@ class SpyAdamW(torch.optim.AdamW):
         return super().step(closure)
 
 
-def test_gradient_is_clipped_to_grad_clip_global_norm(tmp_path, monkeypatch):
+def test_gradient_is_clipped_to_grad_clip_global_norm(tmp_path, monkeypatch, device):
     """The gradient the optimizer sees has global norm grad_clip whenever it was larger (App. A.1:
     clipping at global Frobenius norm 0.5; here 1e-3 so that every step clips).
 
@@ -357,14 +362,14 @@ def test_gradient_is_clipped_to_grad_clip_global_norm(tmp_path, monkeypatch):
     """
     monkeypatch.setattr(torch.optim, "AdamW", SpyAdamW)
     SpyAdamW.norms = []
-    train(tmp_path / "off", "--objective=relay", "--max_iters=2", "--eval_puzzles=0", "--grad_clip=0.0")
+    train(tmp_path / "off", "--objective=relay", "--max_iters=2", "--eval_puzzles=0", "--grad_clip=0.0", device=device)
     assert min(SpyAdamW.norms) > 1e-2  # unclipped gradients are far larger than 1e-3
     SpyAdamW.norms = []
-    train(tmp_path / "on", "--objective=relay", "--max_iters=2", "--eval_puzzles=0", "--grad_clip=1e-3")
+    train(tmp_path / "on", "--objective=relay", "--max_iters=2", "--eval_puzzles=0", "--grad_clip=1e-3", device=device)
     assert SpyAdamW.norms == pytest.approx([1e-3, 1e-3], rel=1e-3)
 
 
-def test_validation_uses_the_ema_weights(tmp_path, monkeypatch):
+def test_validation_uses_the_ema_weights(tmp_path, monkeypatch, device):
     """The model validated during training carries the EMA weights (what the authors evaluated), not
     the raw ones; the two differ after a few steps.
 
@@ -374,11 +379,11 @@ def test_validation_uses_the_ema_weights(tmp_path, monkeypatch):
     validate = ts.validate
 
     def spy(model, questions, answers, cfg):
-        validated.append({n: p.detach().clone() for n, p in model.named_parameters()})
+        validated.append({n: p.detach().cpu().clone() for n, p in model.named_parameters()})
         return validate(model, questions, answers, cfg)
     monkeypatch.setattr(ts, "validate", spy)
     val = fixed_clue_puzzles(8, 40, seed=1)
-    ckpt = train(tmp_path, "--objective=relay", "--max_iters=3", "--eval_puzzles=8", val=val)
+    ckpt = train(tmp_path, "--objective=relay", "--max_iters=3", "--eval_puzzles=8", val=val, device=device)
     assert len(validated) == 1
     shadow, raw = ckpt["ema"]["shadow"], ckpt["model"]
     assert any(not torch.equal(shadow[n], raw[n]) for n in shadow)
@@ -398,10 +403,11 @@ class Oracle(nn.Module):
     def forward(self, tokens, h=None):
         agree = (tokens[:, None, :] == self.boards[None]) | (tokens[:, None, :] == MASK)  # (B, N, 81)
         which = agree.all(-1).float().argmax(-1)
-        return 20.0 * nn.functional.one_hot(self.boards[which], V).float(), torch.zeros(*tokens.shape, 2)
+        h = torch.zeros(*tokens.shape, 2, device=tokens.device)
+        return 20.0 * nn.functional.one_hot(self.boards[which], V).float(), h
 
 
-def test_validation_exact_match_and_token_accuracy_per_puzzle():
+def test_validation_exact_match_and_token_accuracy_per_puzzle(device):
     """Validation of 4 puzzles, 3 solved and 1 with one wrong blank: exact match 3/4 (every cell of a
     puzzle right, averaged over puzzles) and token accuracy = mean over puzzles of right/blank cells.
 
@@ -413,7 +419,7 @@ def test_validation_exact_match_and_token_accuracy_per_puzzle():
     q[0, 30:60] = a[0, 30:60]  # puzzle 0: 21 blanks, the others 51 (so a pooled mean would differ)
     pred = a.clone()
     pred[3, 50] = DIGIT0 + (a[3, 50] - DIGIT0) % 9 + 1  # another digit in one blank cell
-    metrics = ts.validate(Oracle(pred), q, a, ts.TrainConfig(eval_batch_size=3))
+    metrics = ts.validate(Oracle(pred.to(device)).to(device), q, a, ts.TrainConfig(eval_batch_size=3))
     assert metrics["exact"] == 0.75
     assert metrics["token_acc"] == pytest.approx((3 + 50 / 51) / 4)
     assert (3 + 50 / 51) / 4 != pytest.approx(173 / 174)  # the pooled value

@@ -6,9 +6,9 @@ from model import ModelConfig, SudokuTransformer, apply_rope, load_model, rope_c
 SMALL = dict(n_layer=2, n_head=4, n_embd=32, d_ff=64, dropout=0.0)
 
 
-def tokens(B=3, L=81, seed=0):
+def tokens(B=3, L=81, seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(2, 17, (B, L), generator=g)
+    return torch.randint(2, 17, (B, L), generator=g).to(device)
 
 
 @pytest.mark.parametrize("tie,relay,expected", [
@@ -26,48 +26,49 @@ def test_tied_head_shares_rescaled_embedding():
     assert abs(w[1:].std().item() - 384 ** -0.5) < 0.01  # N(0, 1/sqrt(d)), not N(0, 1)
 
 
-def test_relay_with_zero_layernorm_equals_plain_model():
+def test_relay_with_zero_layernorm_equals_plain_model(device):
     torch.manual_seed(0)
-    plain = SudokuTransformer(ModelConfig(**SMALL))
-    relay = SudokuTransformer(ModelConfig(**SMALL, relay=True))
+    plain = SudokuTransformer(ModelConfig(**SMALL)).to(device)
+    relay = SudokuTransformer(ModelConfig(**SMALL, relay=True)).to(device)
     missing, unexpected = relay.load_state_dict(plain.state_dict(), strict=False)
     assert set(missing) == {"relay_norm.weight", "relay_norm.bias"} and not unexpected
     torch.nn.init.zeros_(relay.relay_norm.weight)
     torch.nn.init.zeros_(relay.relay_norm.bias)
-    x = tokens()
-    h = torch.randn(3, 81, 32)
+    x = tokens(device=device)
+    h = torch.randn(3, 81, 32).to(device)
     ref_logits, ref_h = plain(x)
     for state in (None, h):
         logits, h_out = relay(x, state)
         assert torch.equal(logits, ref_logits) and torch.equal(h_out, ref_h)
 
 
-def test_relay_state_is_used_and_none_means_zero():
+def test_relay_state_is_used_and_none_means_zero(device):
     torch.manual_seed(0)
     model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
     with torch.no_grad():
         model.relay_norm.bias.normal_()  # LN(0) = beta: make it non-trivial
-    x = tokens()
+    model.to(device)
+    x = tokens(device=device)
     a, _ = model(x, None)
-    b, _ = model(x, torch.zeros(3, 81, 32))
-    c, _ = model(x, torch.randn(3, 81, 32))
+    b, _ = model(x, torch.zeros(3, 81, 32, device=device))
+    c, _ = model(x, torch.randn(3, 81, 32).to(device))
     torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     assert (a - c).abs().max() > 1e-3
 
 
-def test_h_out_is_pre_final_norm_and_plain_model_rejects_h():
+def test_h_out_is_pre_final_norm_and_plain_model_rejects_h(device):
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(**SMALL))
-    logits, h = model(tokens())
+    model = SudokuTransformer(ModelConfig(**SMALL)).to(device)
+    logits, h = model(tokens(device=device))
     torch.testing.assert_close(logits, model.head(model.final_norm(h)))
     with pytest.raises(ValueError, match="relay=False"):
-        model(tokens(), h)
+        model(tokens(device=device), h)
 
 
-def test_attention_is_bidirectional():
+def test_attention_is_bidirectional(device):
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(**SMALL))
-    x = tokens(B=1)
+    model = SudokuTransformer(ModelConfig(**SMALL)).to(device)
+    x = tokens(B=1, device=device)
     y = x.clone()
     y[0, -1] = 2 if x[0, -1] != 2 else 9
     assert (model(x)[0][0, 0] - model(y)[0][0, 0]).abs().max() > 1e-6  # cell 0 sees cell 80
@@ -87,10 +88,10 @@ def test_rope_scores_depend_only_on_relative_position():
     torch.testing.assert_close(out[[5, 37]], torch.tensor([torch.cos(torch.tensor(angle)), torch.sin(torch.tensor(angle))]))
 
 
-def test_dropout_only_in_training():
+def test_dropout_only_in_training(device):
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(**{**SMALL, "dropout": 0.5}))
-    x = tokens()
+    model = SudokuTransformer(ModelConfig(**{**SMALL, "dropout": 0.5})).to(device)
+    x = tokens(device=device)
     model.eval()
     assert torch.equal(model(x)[0], model(x)[0])
     model.train()
@@ -104,18 +105,19 @@ def save_ckpt(path, model, ema_shadow=None):
                 "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, path)
 
 
-def test_load_model_round_trip_and_ema(tmp_path):
+def test_load_model_round_trip_and_ema(tmp_path, device):
     torch.manual_seed(0)
     model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
     shadow = {n: p.detach() + 1.0 for n, p in model.named_parameters()}
     save_ckpt(tmp_path / "ckpt.pt", model, shadow)
-    raw, cfg = load_model(str(tmp_path), ema=False)
+    raw, cfg = load_model(str(tmp_path), device=str(device), ema=False)
     assert cfg["objective"] == "relay" and not raw.training
     for (n, p), q in zip(model.named_parameters(), raw.parameters()):
-        assert torch.equal(p, q), n
-    ema, _ = load_model(str(tmp_path / "ckpt.pt"))
+        assert q.device.type == device.type and torch.equal(p, q.cpu()), n
+    ema, _ = load_model(str(tmp_path / "ckpt.pt"), device=str(device))
     for n, p in ema.named_parameters():
-        assert torch.equal(p, shadow[n]), n
+        assert p.device.type == device.type and torch.equal(p.cpu(), shadow[n]), n
+    assert ema.rope_cos.device.type == device.type  # buffers follow the model
 
 
 def test_load_model_errors(tmp_path):
@@ -129,15 +131,15 @@ def test_load_model_errors(tmp_path):
         load_model(str(tmp_path / "other.pt"))
 
 
-def test_optional_learned_positions():
+def test_optional_learned_positions(device):
     base = SudokuTransformer(ModelConfig(**SMALL))
-    model = SudokuTransformer(ModelConfig(**SMALL, pos_emb=True))
+    model = SudokuTransformer(ModelConfig(**SMALL, pos_emb=True)).to(device)
     assert model.num_params() - base.num_params() == 81 * 32
     assert SudokuTransformer(ModelConfig()).pos_emb is None  # the paper's model has RoPE only
-    x = tokens(B=1)
+    x = tokens(B=1, device=device)
     with torch.no_grad():
         model.pos_emb.zero_()
         a = model(x)[0]
-        model.pos_emb[5] = torch.randn(32)
+        model.pos_emb[5] = torch.randn(32).to(device)
         b = model(x)[0]
     assert (a - b).abs().amax(-1)[0, 5] > 1e-3  # the embedding of position 5 is added to cell 5

@@ -62,15 +62,16 @@ def test_non_candidates_never_selected_and_done_rows_select_nothing():
     assert out.tolist() == [[False, True, True], [False, False, False]]
 
 
-def test_confidence_unmask_matches_row_loop():
+def test_confidence_unmask_matches_row_loop(device):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(16, 81, V, generator=g) * 4
     cand = torch.rand(16, 81, generator=g) < 0.6
     cand[3] = False
+    on = (logits.to(device), cand.to(device))  # the vectorised rule on the device, the loop on the CPU
     for tau in (0.0, 0.05, 0.15, 0.5, 3.0):
-        assert torch.equal(confidence_unmask(logits, cand, tau), reference_confidence_unmask(logits, cand, tau))
+        assert torch.equal(confidence_unmask(*on, tau).cpu(), reference_confidence_unmask(logits, cand, tau))
     taus = torch.rand(16, generator=g)  # one tau per row
-    out = confidence_unmask(logits, cand, taus)
+    out = confidence_unmask(*on, taus.to(device)).cpu()
     for b in range(16):
         assert torch.equal(out[b], reference_confidence_unmask(logits[b:b + 1], cand[b:b + 1], taus[b].item())[0])
 
@@ -86,10 +87,10 @@ def test_block_confidence_unmask():
     assert out.tolist() == [[True, True, True, False, False, False, False, True]]
 
 
-def test_threshold_policy_draws_tau_per_call():
+def test_threshold_policy_draws_tau_per_call(device):
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(4, 81, V, generator=g) * 4
-    cand = torch.ones(4, 81, dtype=torch.bool)
+    logits = (torch.randn(4, 81, V, generator=g) * 4).to(device)
+    cand = torch.ones(4, 81, dtype=torch.bool, device=device)  # tau is drawn on the CPU generator
     fixed = threshold_policy(0.15, sigma=0.0)
     assert torch.equal(fixed(logits, cand), confidence_unmask(logits, cand, 0.15))
     policy = threshold_policy(0.15, 0.1, torch.Generator().manual_seed(1))
@@ -99,41 +100,42 @@ def test_threshold_policy_draws_tau_per_call():
         assert torch.equal(policy(logits, cand), expected)
 
 
-def test_masked_ce_token_mean_and_ddp_normalisation():
+def test_masked_ce_token_mean_and_ddp_normalisation(device):
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(6, 81, V, generator=g)
+    logits = torch.randn(6, 81, V, generator=g, dtype=torch.float64)
     x0 = torch.randint(8, 17, (6, 81), generator=g)
     mask = torch.rand(6, 81, generator=g) < 0.3
-    expected = F.cross_entropy(logits[mask], x0[mask])
-    torch.testing.assert_close(masked_ce(logits, x0, mask), expected)
+    expected = F.cross_entropy(logits[mask], x0[mask]).float()  # float64 on the CPU
+    logits, x0, mask = logits.float().to(device), x0.to(device), mask.to(device)
+    torch.testing.assert_close(masked_ce(logits, x0, mask).cpu(), expected)
     # two "ranks" whose losses are normalised by the mean count average to the global token mean
     mean_count = lambda n: mask.sum().float() / 2  # noqa: E731
     halves = [masked_ce(logits[s], x0[s], mask[s], mean_count) for s in (slice(0, 2), slice(2, 6))]
-    torch.testing.assert_close((halves[0] + halves[1]) / 2, expected)
+    torch.testing.assert_close(((halves[0] + halves[1]) / 2).cpu(), expected)
     assert masked_ce(logits, x0, torch.zeros_like(mask)).item() == 0.0
 
 
-def test_mlm_masking_and_loss():
+def test_mlm_masking_and_loss(device):
     g = torch.Generator().manual_seed(0)
-    clues = torch.rand(2000, 81, generator=g) < 0.4
-    masked = mlm_masking(maskable=~clues, generator=g)
-    assert not (masked & clues).any()
+    clues = (torch.rand(2000, 81, generator=g) < 0.4).to(device)
+    masked = mlm_masking(maskable=~clues, generator=g)  # a CPU generator, cells on the device
+    assert masked.device == clues.device and not (masked & clues).any()
     frac = masked.sum(1).float() / (~clues).sum(1).float()
     assert 0.45 < frac.mean() < 0.55 and frac.std() > 0.2  # t ~ U(0,1) per puzzle: mean 1/2, wide spread
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(**SMALL))
-    x0 = torch.randint(8, 17, (4, 81), generator=g)
+    model = SudokuTransformer(ModelConfig(**SMALL)).to(device)
+    x0 = torch.randint(8, 17, (4, 81), generator=g).to(device)
     clues, masked = clues[:4], masked[:4]
     loss = mlm_loss(model, x0, maskable=~clues, mask_id=MASK, masked=masked)
     logits, _ = model(torch.where(masked, MASK, x0))
     torch.testing.assert_close(loss, F.cross_entropy(logits[masked], x0[masked]))  # no 1/t weight
 
 
-def puzzle_batch(B=8, seed=0):
+def puzzle_batch(B=8, seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     x0 = torch.randint(8, 17, (B, 81), generator=g)
     clues = torch.rand(B, 81, generator=g) < 0.4
-    return x0, ~clues
+    return x0.to(device), ~clues.to(device)
 
 
 class Recorder:
@@ -148,10 +150,10 @@ class Recorder:
         return logits, h_out
 
 
-def test_k1_rollout_loss_equals_masked_ce_of_one_forward():
+def test_k1_rollout_loss_equals_masked_ce_of_one_forward(device):
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(**SMALL, relay=True))
-    x0, maskable = puzzle_batch()
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=True)).to(device)
+    x0, maskable = puzzle_batch(device=device)
     z = torch.where(maskable, MASK, x0)
     out = rollout_loss(model, (z, x0, maskable, None), K=1, variant="relay", mask_id=MASK)
     logits, _ = model(z)
@@ -159,12 +161,12 @@ def test_k1_rollout_loss_equals_masked_ce_of_one_forward():
 
 
 @pytest.mark.parametrize("variant", ["relay", "relay_sg", "rollout"])
-def test_gradient_paths_across_steps(variant):
+def test_gradient_paths_across_steps(variant, device):
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(**SMALL, relay=variant != "rollout"))
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=variant != "rollout")).to(device)
     with torch.no_grad():  # a non-trivial incoming state
-        h0 = torch.randn(8, 81, 32)
-    x0, maskable = puzzle_batch()
+        h0 = torch.randn(8, 81, 32).to(device)
+    x0, maskable = puzzle_batch(device=device)
     rec = Recorder(model)
     z = torch.where(maskable, MASK, x0)
     rollout_loss(rec, (z, x0, maskable, h0 if variant != "rollout" else None), K=2, variant=variant, mask_id=MASK)
@@ -195,10 +197,10 @@ def test_gradient_paths_across_steps(variant):
             torch.testing.assert_close(a, b)
 
 
-def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces():
+def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces(device):
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(**SMALL, relay=True)).eval()
-    x0, maskable = puzzle_batch()
+    model = SudokuTransformer(ModelConfig(**SMALL, relay=True)).to(device).eval()
+    x0, maskable = puzzle_batch(device=device)
     buf = RolloutBuffer(8, MASK)
     buf.refill(x0, maskable)
     prev = buf.z.clone()
@@ -216,15 +218,15 @@ def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces():
     assert buf.finished().all()
 
 
-def test_buffer_refills_only_finished_slots():
-    x0, maskable = puzzle_batch(B=6, seed=0)
+def test_buffer_refills_only_finished_slots(device):
+    x0, maskable = puzzle_batch(B=6, seed=0, device=device)
     buf = RolloutBuffer(6, MASK)
     assert buf.refill(x0, maskable) == 6
     assert torch.equal(buf.z, torch.where(maskable, MASK, x0))  # cold: every maskable cell masked
-    buf.h = torch.randn(6, 81, 4)
+    buf.h = torch.randn(6, 81, 4).to(device)
     h_before, z_before = buf.h.clone(), buf.z.clone()
     buf.z[[1, 4]] = buf.x0[[1, 4]]  # slots 1 and 4 finish
-    new_x0, new_maskable = puzzle_batch(B=6, seed=1)
+    new_x0, new_maskable = puzzle_batch(B=6, seed=1, device=device)
     assert buf.refill(new_x0, new_maskable) == 2
     assert torch.equal(buf.x0[[1, 4]], new_x0[:2]) and torch.equal(buf.maskable[[1, 4]], new_maskable[:2])
     assert torch.equal(buf.z[[1, 4]], torch.where(new_maskable[:2], MASK, new_x0[:2]))
@@ -238,8 +240,8 @@ def test_buffer_refills_only_finished_slots():
     assert other.finished().tolist() == buf.finished().tolist() and torch.equal(other.h, buf.h)
 
 
-def test_staggered_buffer_starts_at_random_points():
-    x0, maskable = puzzle_batch(B=64)
+def test_staggered_buffer_starts_at_random_points(device):
+    x0, maskable = puzzle_batch(B=64, device=device)
     buf = RolloutBuffer(64, MASK, init="staggered")
     buf.refill(x0, maskable, torch.Generator().manual_seed(0))
     masked = buf.z == MASK
@@ -377,7 +379,7 @@ def test_wrong_relay_state_and_step_outputs_are_errors():
         rollout_loss(lambda t, h: (ToyMDM()(t)[0], torch.zeros(2, 8)), (z, x0, maskable, None), mask_id=5)
 
 
-def test_buffer_extras_reach_step_fn_in_the_rows_order():
+def test_buffer_extras_reach_step_fn_in_the_rows_order(device):
     """Trap: per-row extras (e.g. attention_mask) had no way into step_fn, and refill reorders rows.
     Here each row's extra is its id, also written into its tokens; step_fn checks they match after
     refills that put new rows into scattered slots. Checked: fails when refill copies the extras
@@ -387,7 +389,7 @@ def test_buffer_extras_reach_step_fn_in_the_rows_order():
     def step_fn(tokens, h, row_id):
         assert torch.equal(tokens[:, 0], row_id % 5), "extras row order differs from the tokens'"
         seen.append(row_id.clone())
-        return ToyMDM()(tokens, h)
+        return ToyMDM().to(tokens.device)(tokens, h)
 
     g = torch.Generator().manual_seed(0)
     buf = RolloutBuffer(4, mask_id=5)
@@ -398,6 +400,7 @@ def test_buffer_extras_reach_step_fn_in_the_rows_order():
         maskable = torch.rand(8, 9, generator=g) < 0.6
         maskable[:, 0] = False
         maskable[torch.arange(8), 1 + torch.arange(8) % 8] = True
+        x0, maskable, row_id = x0.to(device), maskable.to(device), row_id.to(device)
         buf.refill(x0, maskable, extras={"row_id": row_id})
         rollout_loss(step_fn, buf, K=2, variant="relay", policy=threshold_policy(0.3, 0.0))
     assert len(torch.cat(seen).unique()) > 8  # rows of several refills went through

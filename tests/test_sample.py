@@ -5,6 +5,7 @@
 Most tests use scripted models (logits built from a rule, so confidences are exact and known);
 a few use a tiny real SudokuTransformer.
 """
+import contextlib
 import json
 import math
 import os
@@ -64,30 +65,32 @@ def fixed_rule(conf81, digits81):
     """The same confidence and digit per cell at every step."""
     def rule(tokens, h):
         B = tokens.size(0)
-        return conf81.expand(B, 81), digits81.expand(B, 81), torch.zeros(B, 81, 2)
+        return conf81.expand(B, 81), digits81.expand(B, 81), torch.zeros(B, 81, 2, device=tokens.device)
     return rule
 
 
 def hashed_rule(tokens, h):
     """Row-wise deterministic, varied confidences: depends only on the row's own board."""
-    i = torch.arange(81, dtype=torch.float64)
+    i = torch.arange(81, dtype=torch.float64, device=tokens.device)
     n_filled = (tokens != MASK).sum(1, keepdim=True).double()
     frac = torch.frac(torch.sin(i * 12.9898 + n_filled * 78.233 + tokens.double() * 3.7).abs() * 43758.5453)
     conf = 0.5 + 0.5 * frac  # in [0.5, 1)
-    digit = 1 + (torch.arange(81) + n_filled.long()) % 9
-    return conf, digit, torch.zeros(*tokens.shape, 2)
+    digit = 1 + (torch.arange(81, device=tokens.device) + n_filled.long()) % 9
+    return conf, digit, torch.zeros(*tokens.shape, 2, device=tokens.device)
 
 
 class DigitsOnly(nn.Module):
-    """A tiny real model whose non-digit logits are pushed down, so decoding fills every cell."""
+    """A tiny real model whose non-digit logits are pushed down, so decoding fills every cell.
+    fp32=True runs it outside the decoder's CUDA bf16 autocast."""
 
-    def __init__(self, model):
+    def __init__(self, model, fp32: bool = False):
         super().__init__()
-        self.model, self.config = model, model.config
+        self.model, self.config, self.fp32 = model, model.config, fp32
 
     def forward(self, tokens, h=None):
-        logits, h_out = self.model(tokens, h)
-        return logits.index_fill(-1, torch.arange(DIGIT0 + 1), -1e4), h_out
+        with torch.autocast(tokens.device.type, enabled=False) if self.fp32 else contextlib.nullcontext():
+            logits, h_out = self.model(tokens, h)
+        return logits.index_fill(-1, torch.arange(DIGIT0 + 1, device=logits.device), -1e4), h_out
 
 
 def tiny(relay: bool, seed: int = 0) -> SudokuTransformer:
@@ -104,10 +107,11 @@ def one_puzzle(n_blank_cells: list[int]):
 
 # ----------------------------------------------------------------------------- the policy through decode
 
-def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step():
+def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step(device):
     q, a, sol = one_puzzle([3, 40, 77])
-    conf = torch.full((81,), 0.9)  # u = 0.1 each: 0.1 < 0.15 but 0.1 + 0.1 is not
-    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long)))
+    q = q.to(device)  # a parameter-free model decodes on the questions' device
+    conf = torch.full((81,), 0.9, device=device)  # u = 0.1 each: 0.1 < 0.15 but 0.1 + 0.1 is not
+    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
     res = sudoku_decode.decode(model, q, tau=0.15, record_boards=True)
     assert res.nfe.tolist() == [3] and res.batch_nfe.tolist() == [4]
     assert [int(c.sum()) for c in res.commits[0]] == [1, 1, 1]
@@ -117,36 +121,39 @@ def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step():
     assert res.nfe.tolist() == [1] and torch.equal(res.pred, a)
 
 
-def test_nothing_qualifying_forces_the_most_confident_cell():
+def test_nothing_qualifying_forces_the_most_confident_cell(device):
     q, a, sol = one_puzzle([3, 40, 77])
+    q = q.to(device)
     conf = torch.full((81,), 0.99)
     conf[3], conf[40], conf[77] = 0.5, 0.7, 0.6  # every u >= 0.3 > tau
-    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long)))
+    model = Scripted(fixed_rule(conf.to(device), torch.as_tensor(sol, dtype=torch.long, device=device)))
     res = sudoku_decode.decode(model, q, tau=0.15, record_boards=True)
     order = [c.nonzero().flatten().tolist() for c in res.commits[0]]
     assert order == [[40], [77], [3]]  # one cell per step, most confident first
     assert res.nfe.tolist() == [3] and torch.equal(res.pred, a)
 
 
-def test_tau_zero_commits_one_cell_per_step():
+def test_tau_zero_commits_one_cell_per_step(device):
     q, _ = make_puzzles(3, seed=5)
-    res = sudoku_decode.decode(Scripted(hashed_rule), q, tau=0.0)
+    res = sudoku_decode.decode(Scripted(hashed_rule), q.to(device), tau=0.0)
     assert torch.equal(res.nfe, (q == MASK).sum(1))
 
 
 # ----------------------------------------------------------------------------- NFE accounting, early exit, batching
 
-@pytest.mark.parametrize("make_model", [lambda: Scripted(hashed_rule), lambda: DigitsOnly(tiny(relay=True))])
-def test_early_exit_batching_and_invariants(make_model):
-    model = make_model()
+# the tiny model in fp32: in bf16 a row's logits may depend on the batch's shape (CUDA picks kernels by shape)
+@pytest.mark.parametrize("make_model", [lambda: Scripted(hashed_rule), lambda: DigitsOnly(tiny(relay=True), fp32=True)])
+def test_early_exit_batching_and_invariants(make_model, device):
+    model = make_model().to(device)
     q, _ = make_puzzles(10, seed=2)
-    ref = sudoku_decode.decode(model, q, tau=0.3, batch_size=4, record_boards=True)
+    qd = q.to(device)
+    ref = sudoku_decode.decode(model, qd, tau=0.3, batch_size=4, record_boards=True)
     assert ref.nfe.min() < ref.nfe.max()  # puzzles finish at different steps: early exit matters
     # the paper's count: 1 + the slowest puzzle of each batch of 4
     for s in range(0, 10, 4):
         assert (ref.batch_nfe[s:s + 4] == 1 + ref.nfe[s:s + 4].max()).all()
     for kwargs in (dict(batch_size=4, early_exit=False), dict(batch_size=1), dict(batch_size=10), dict(batch_size=3)):
-        other = sudoku_decode.decode(model, q, tau=0.3, record_boards=True, **kwargs)
+        other = sudoku_decode.decode(model, qd, tau=0.3, record_boards=True, **kwargs)
         assert torch.equal(other.pred, ref.pred), kwargs
         assert torch.equal(other.nfe, ref.nfe), kwargs
         assert torch.equal(other.violations_rollout, ref.violations_rollout), kwargs
@@ -165,20 +172,20 @@ def test_early_exit_batching_and_invariants(make_model):
     assert (ref.pred != MASK).all()
 
 
-def test_early_exit_skips_forwards_on_finished_puzzles():
+def test_early_exit_skips_forwards_on_finished_puzzles(device):
     q, _ = make_puzzles(6, seed=3)
     counted = {}
     for early in (True, False):
         model = Scripted(hashed_rule)
-        res = sudoku_decode.decode(model, q, tau=0.3, batch_size=6, early_exit=early)
+        res = sudoku_decode.decode(model, q.to(device), tau=0.3, batch_size=6, early_exit=early)
         counted[early] = sum(t.size(0) for t, _ in model.calls)
     assert counted[True] == res.nfe.sum()  # exactly one row-forward per puzzle step
     assert counted[False] == 6 * (res.batch_nfe[0] - 1)  # every row on every loop iteration
 
 
-def test_max_steps_then_one_final_forward_fills_the_rest():
+def test_max_steps_then_one_final_forward_fills_the_rest(device):
     q, _ = make_puzzles(3, seed=4)
-    res = sudoku_decode.decode(Scripted(hashed_rule), q, tau=0.0, max_steps=5, record_boards=True)
+    res = sudoku_decode.decode(Scripted(hashed_rule), q.to(device), tau=0.0, max_steps=5, record_boards=True)
     assert res.nfe.tolist() == [6, 6, 6] and res.batch_nfe.tolist() == [6, 6, 6]
     assert (res.pred != MASK).all()
     assert [int(c.sum()) for c in res.commits[0]][:5] == [1] * 5
@@ -186,22 +193,23 @@ def test_max_steps_then_one_final_forward_fills_the_rest():
 
 # ----------------------------------------------------------------------------- relay carry
 
-def test_relay_state_is_carried_row_by_row():
+def test_relay_state_is_carried_row_by_row(device):
     """h starts as None; each later call gets exactly the h_out of the same puzzle's previous forward."""
     def rule(tokens, h):
         B = tokens.size(0)
         if h is None:  # first step: remember the question in the state, counter 0
-            h = torch.stack([tokens.double(), torch.zeros(B, 81, dtype=torch.float64)], -1)
+            h = torch.stack([tokens.double(), torch.zeros(B, 81, dtype=torch.float64, device=tokens.device)], -1)
         else:  # the carried question must be this row's own puzzle: its clues are still on the board
             clues = h[..., 0] != MASK
             assert torch.equal(tokens[clues], h[..., 0].long()[clues]), "h came from another puzzle"
         k = h[..., 1]  # forwards this puzzle had before this one
         conf = torch.where(k >= 2, 1 - 1e-4, 0.5)  # two single-cell steps, then everything
         h_out = torch.stack([h[..., 0], k + 1], -1)
-        return conf, 1 + torch.arange(81).expand(B, 81) % 9, h_out
+        return conf, 1 + torch.arange(81, device=tokens.device).expand(B, 81) % 9, h_out
 
     q, _ = make_puzzles(7, seed=6)
     n_blank = (q == MASK).sum(1)
+    q = q.to(device)
     for bs, early in ((7, True), (3, True), (3, False), (1, True)):
         model = Scripted(rule, relay=True)
         res = sudoku_decode.decode(model, q, tau=0.15, batch_size=bs, early_exit=early)
@@ -212,13 +220,14 @@ def test_relay_state_is_carried_row_by_row():
     assert torch.equal(res.nfe, n_blank)
 
 
-def test_zeroed_relay_layernorm_decodes_like_the_plain_model():
+def test_zeroed_relay_layernorm_decodes_like_the_plain_model(device):
     plain, relay = tiny(relay=False, seed=0), tiny(relay=True, seed=1)
     missing, unexpected = relay.load_state_dict(plain.state_dict(), strict=False)
     assert not unexpected and all(k.startswith("relay_norm") for k in missing)
     with torch.no_grad():
         relay.relay_norm.weight.zero_()
         relay.relay_norm.bias.zero_()
+    plain, relay = plain.to(device), relay.to(device)  # on CUDA under the decoder's bf16 autocast
     q, _ = make_puzzles(6, seed=7)
     a = sudoku_decode.decode(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
     b = sudoku_decode.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
@@ -246,7 +255,7 @@ def test_decode_restores_training_mode_and_rejects_bad_questions():
 
 # ----------------------------------------------------------------------------- metrics
 
-def test_count_violations_on_hand_made_boards_and_against_sudoku_py():
+def test_count_violations_on_hand_made_boards_and_against_sudoku_py(device):
     sol = random_grid(np.random.default_rng(0))
     board = torch.tensor(digits_to_tokens(sol))[None]
     assert sudoku_decode.token_violations(board).tolist() == [0] and sample.is_legal(board).tolist() == [True]
@@ -258,18 +267,20 @@ def test_count_violations_on_hand_made_boards_and_against_sudoku_py():
     assert sudoku_decode.token_violations(blank).tolist() == [0] and sample.is_legal(blank).tolist() == [False]
     rng = np.random.default_rng(1)
     digits = rng.integers(0, 10, size=(200, 81))
-    mine = sudoku_decode.token_violations(torch.tensor(digits_to_tokens(digits))).numpy()
+    mine = sudoku_decode.token_violations(torch.tensor(digits_to_tokens(digits), device=device)).cpu().numpy()
     assert np.array_equal(mine, count_violations_batch(digits))
 
 
-def test_score_on_hand_made_boards():
+def test_score_on_hand_made_boards(device):
     q, a = make_puzzles(2, seed=8)
     pred = a.clone()
     blanks = (q[1] == MASK).nonzero().flatten()
     wrong = blanks[:2]
     pred[1, wrong] = DIGIT0 + torch.as_tensor(tokens_to_digits(a[1, wrong].numpy()) % 9 + 1)  # another digit
-    res = sudoku_decode.DecodeResult(pred=pred, nfe=torch.tensor([2, 4]), batch_nfe=torch.tensor([5, 5]),
-                                     violations_rollout=torch.tensor([1, 6]), cells_per_step=torch.tensor([10.0, 5.0]))
+    res = sudoku_decode.DecodeResult(pred=pred.to(device), nfe=torch.tensor([2, 4], device=device),
+                                     batch_nfe=torch.tensor([5, 5], device=device),
+                                     violations_rollout=torch.tensor([1, 6], device=device),
+                                     cells_per_step=torch.tensor([10.0, 5.0], device=device))  # q and a stay on the CPU
     m = sample.score(q, a, res)
     assert m["exact_match"] == 0.5
     assert m["token_accuracy"] == pytest.approx((1 + (len(blanks) - 2) / len(blanks)) / 2)
@@ -280,9 +291,9 @@ def test_score_on_hand_made_boards():
     assert sample.score(q, None, res)["exact_match"] is None
 
 
-def test_violations_rollout_sums_the_boards_after_each_forward():
+def test_violations_rollout_sums_the_boards_after_each_forward(device):
     q, _ = make_puzzles(4, seed=9)
-    res = sudoku_decode.decode(Scripted(hashed_rule), q, tau=0.3, record_boards=True)
+    res = sudoku_decode.decode(Scripted(hashed_rule), q.to(device), tau=0.3, record_boards=True)
     for i in range(4):
         assert res.violations_rollout[i] == sudoku_decode.token_violations(res.boards[i]).sum()
     assert res.violations_rollout.sum() > 0  # hashed_rule ignores Sudoku rules: it does make violations

@@ -26,7 +26,8 @@ class FixedModel(nn.Module):
         self.logits, self.config = probs.log(), type("C", (), {"relay": False})()
 
     def forward(self, tokens, h=None):
-        return self.logits.expand(tokens.size(0), 81, V).clone(), torch.zeros(*tokens.shape, 2)
+        logits = self.logits.to(tokens.device)  # a parameter-free model decodes on the questions' device
+        return logits.expand(tokens.size(0), 81, V).clone(), torch.zeros(*tokens.shape, 2, device=tokens.device)
 
 
 def solved(seed: int = 0) -> np.ndarray:
@@ -48,7 +49,7 @@ def test_violating_snapshots_counts_boards_not_violations():
     assert sample.violating_snapshots(trajectory[None].repeat(2, 1, 1)).tolist() == [3, 3]  # batched
 
 
-def test_decode_counts_the_authors_snapshots_by_hand():
+def test_decode_counts_the_authors_snapshots_by_hand(device):
     """Two blanks in one row, both predicted as the same digit, one cell per forward (τ = 0):
     snapshots = [question (legal), after forward 1 (legal), after forward 2 (3 violations), final fill
     (the same board)] -> 2 violating snapshots; violations summed over the boards after each forward = 3;
@@ -61,13 +62,14 @@ def test_decode_counts_the_authors_snapshots_by_hand():
     digits = torch.full((81,), int(sol[0]))
     conf = torch.full((81,), 0.5)
     conf[0], conf[1] = 0.9, 0.8
-    res = sudoku_decode.decode(FixedModel(conf, digits), torch.tensor(q)[None], tau=0.0, record_boards=True)
+    res = sudoku_decode.decode(FixedModel(conf, digits), torch.tensor(q, device=device)[None], tau=0.0,
+                               record_boards=True)
     assert res.nfe.tolist() == [2] and res.batch1_nfe.tolist() == [3]
     assert res.violations_rollout.tolist() == [3] and res.violating_snapshots.tolist() == [2]
     # a repeated clue: every snapshot violates, the question included -> 4
     q2 = q.copy()
     q2[2] = q2[3]
-    res2 = sudoku_decode.decode(FixedModel(conf, digits), torch.tensor(q2)[None], tau=0.0)
+    res2 = sudoku_decode.decode(FixedModel(conf, digits), torch.tensor(q2, device=device)[None], tau=0.0)
     assert res2.violating_snapshots.tolist() == [4]
 
 
@@ -77,19 +79,19 @@ def hashed_model():
         config = type("C", (), {"relay": False})()
 
         def forward(self, tokens, h=None):
-            i = torch.arange(81, dtype=torch.float64)
+            i = torch.arange(81, dtype=torch.float64, device=tokens.device)
             n = (tokens != MASK).sum(1, keepdim=True).double()
             frac = torch.frac(torch.sin(i * 12.9898 + n * 78.233 + tokens.double() * 3.7).abs() * 43758.5453)
             conf = (0.5 + 0.5 * frac).float()
-            digit = 1 + (torch.arange(81) + n.long()) % 9
+            digit = 1 + (torch.arange(81, device=tokens.device) + n.long()) % 9
             probs = ((1 - conf) / (V - 1))[..., None].repeat(1, 1, V)
             probs.scatter_(-1, (DIGIT0 + digit)[..., None], conf[..., None])
-            return probs.log(), torch.zeros(*tokens.shape, 2)
+            return probs.log(), torch.zeros(*tokens.shape, 2, device=tokens.device)
     return Hashed()
 
 
 @pytest.mark.parametrize("max_steps", [64, 3])
-def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max_steps):
+def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max_steps, device):
     """Per puzzle, decode's count equals violating_snapshots([question, boards after each loop forward,
     final board]), also when max_steps cuts the loop and the final forward fills the rest.
     Catches: the in-loop count drifting from the definition (e.g. counting the final-fill board twice, or
@@ -101,7 +103,8 @@ def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max
         q[rng.random(81) < 0.5] = 0
         qs.append(digits_to_tokens(q))
     q = torch.tensor(np.array(qs))
-    res = sudoku_decode.decode(hashed_model(), q, tau=0.3, max_steps=max_steps, batch_size=4, record_boards=True)
+    res = sudoku_decode.decode(hashed_model(), q.to(device), tau=0.3, max_steps=max_steps, batch_size=4,
+                               record_boards=True)
     for i in range(len(q)):
         loop_boards = res.boards[i][:max_steps]  # the final-fill board, if any, comes after max_steps loop boards
         trajectory = torch.cat([q[i:i + 1], loop_boards, res.pred[i:i + 1]])
@@ -112,7 +115,7 @@ def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max
         assert (res.nfe == 4).any()  # some puzzles needed the final fill
 
 
-def test_batch1_nfe_equals_the_batch_count_of_one_puzzle_at_a_time():
+def test_batch1_nfe_equals_the_batch_count_of_one_puzzle_at_a_time(device):
     """batch1_nfe from one batched decode equals batch_nfe of decoding each puzzle alone (batch size 1,
     the authors' deduction-only runs), and differs from the batch-4 count.
     Catches: batch1_nfe taken as the per-puzzle nfe or as the batch count (both tried)."""
@@ -122,7 +125,7 @@ def test_batch1_nfe_equals_the_batch_count_of_one_puzzle_at_a_time():
         q = solved(k + 10).copy()
         q[rng.random(81) < (0.2 + 0.08 * k)] = 0
         qs.append(digits_to_tokens(q))
-    q = torch.tensor(np.array(qs))
+    q = torch.tensor(np.array(qs)).to(device)
     model = hashed_model()
     res = sudoku_decode.decode(model, q, tau=0.3, batch_size=4)
     alone = torch.cat([sudoku_decode.decode(model, q[i:i + 1], tau=0.3, batch_size=1).batch_nfe for i in range(len(q))])
