@@ -1,0 +1,102 @@
+"""The training step as one compiled graph (compile=True): no graph break, no host sync, no recompile.
+
+    python -m pytest tests/test_compile_step.py -q            # relay (~25 s on a 2-core CPU, mostly compiling)
+    python -m pytest tests/test_compile_step.py -q -m slow    # mlm and staggered rollout too
+"""
+import types
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+
+import relay
+import train_sudoku as ts
+from sudoku import MASK
+
+TINY = dict(n_layer=1, n_head=2, n_embd=32, d_ff=64, batch_size=16, dropout=0.0, eval_puzzles=0, device="cpu",
+            dtype="float32", warmup_iters=1, learning_rate=3e-3)
+
+
+def random_boards(n: int = 64, seed: int = 0) -> types.SimpleNamespace:
+    """Answers of random digit tokens and questions with about half the cells blank: the step's code and
+    cost do not depend on the boards being valid Sudoku."""
+    rng = np.random.default_rng(seed)
+    answer = rng.integers(8, 17, size=(n, 81)).astype(np.uint8)
+    question = np.where(rng.random((n, 81)) < 0.5, MASK, answer).astype(np.uint8)
+    return types.SimpleNamespace(question=question, answer=answer)
+
+
+def run_steps(objective: str, compile: bool, tmp_path, n: int = 3, **extra) -> tuple[list, list, ts.Run]:
+    """n train_step calls; returns each step's loss and the gradients the optimizer saw, and the Run."""
+    cfg = ts.TrainConfig(objective=objective, compile=compile, out_dir=str(tmp_path / f"{objective}-{compile}"),
+                         train_tau_sigma=0.3, **TINY, **extra)
+    run = ts.setup(cfg, random_boards())
+    grads, step = [], run.optimizer.step
+
+    def spy_step(*a, **k):  # the gradients of this step, as the optimizer receives them
+        grads.append([p.grad.clone() for p in run.raw_model.parameters()])
+        return step(*a, **k)
+    run.optimizer.step = spy_step
+    losses = [ts.train_step(run)[1] for _ in range(n)]
+    return losses, grads, run
+
+
+def check_compiled_equals_eager(objective: str, tmp_path, **extra) -> None:
+    torch._dynamo.reset()
+    counters.clear()
+    eager_losses, eager_grads, eager = run_steps(objective, False, tmp_path, **extra)
+    with torch._dynamo.config.patch(error_on_recompile=True):  # a second compile raises
+        losses, grads, run = run_steps(objective, True, tmp_path, **extra)
+    assert counters["stats"]["unique_graphs"] == 1  # the whole loss region, once
+    assert not counters["graph_break"]
+    for step in range(3):
+        # inductor reorders fp32 reductions: agreement to ~1e-6, far below any real difference
+        torch.testing.assert_close(losses[step], eager_losses[step], rtol=1e-5, atol=1e-5)
+        for g, g_eager in zip(grads[step], eager_grads[step]):
+            torch.testing.assert_close(g, g_eager, rtol=1e-4, atol=1e-6)
+    if run.buffer is not None:  # the buffer updates made inside the graph are kept, exactly as eagerly
+        assert torch.equal(run.buffer.z, eager.buffer.z) and torch.equal(run.buffer.x0, eager.buffer.x0)
+    return run
+
+
+def test_compiled_relay_step_is_one_graph_and_matches_eager(tmp_path):
+    """compile=True compiles refill + the K = 2 relay rollout + its loss as ONE fullgraph region that
+    runs 3 steps with 6 different thresholds without recompiling, with the eager step's loss and
+    gradients (to 1e-5 / 1e-4 relative); a bad target is still an error inside the graph.
+
+    Catches (each tried, each fails here): the threshold drawn with .item() inside the region (the
+    old threshold_policy: a graph break, an error under fullgraph); the per-step target check
+    `bool((...).any())` of relay._check_tokens put back (a data-dependent branch: graph break); the
+    taus passed as Python floats (a recompile at the next step: error_on_recompile); the rollout
+    buffer written in place (copy_) at the end of rollout_loss (the compiled backward then reads the
+    rewritten state: relay LayerNorm gradients off by 5%)."""
+    taus = relay.draw_taus(6, 0.15, 0.3, torch.Generator().manual_seed(1))
+    assert len(set(taus.tolist())) == 6  # the loop's first 3 steps draw these: all different
+    run = check_compiled_equals_eager("relay", tmp_path)
+    x0, maskable = torch.full((16, 81), 9, dtype=torch.uint8), torch.ones(16, 81, dtype=torch.bool)
+    x0[3, 5] = MASK  # a target of [MASK] at a cell to fill: the same graph asserts (RuntimeError on the CPU)
+    with pytest.raises(RuntimeError, match="holds mask_id"):
+        run.loss_fn(x0, maskable, taus[:2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective,extra", [("mlm", {}), ("rollout", {"buffer_init": "staggered"})])
+def test_compiled_mlm_and_staggered_rollout_steps(tmp_path, objective, extra):
+    """As above for the MLM step (masks drawn on the host) and a staggered buffer (start masks drawn on
+    the host). Catches: mlm_masking or the staggered draw left inside the region (a generator draw:
+    graph break); tried by passing masked=None to mlm_loss, fails."""
+    check_compiled_equals_eager(objective, tmp_path, **extra)
+
+
+def test_training_data_with_mask_targets_is_a_one_line_error(tmp_path):
+    """The data is checked once at load (the per-step check is then sync-free on GPUs). Catches: the
+    load-time check removed (the run would start and fail later, or on CUDA with a device assert);
+    tried, fails."""
+    data = random_boards()
+    data.answer[7, np.flatnonzero(data.question[7] == MASK)[0]] = MASK
+    cfg = ts.TrainConfig(objective="relay", out_dir=str(tmp_path / "bad"), **TINY)
+    with pytest.raises(SystemExit, match="answer row 7 holds") as e:
+        ts.setup(cfg, data)
+    assert "\n" not in str(e.value)
