@@ -69,9 +69,9 @@ def test_compiled_relay_step_is_one_graph_and_matches_eager(tmp_path):
     Catches (each tried, each fails here): the threshold drawn with .item() inside the region (the
     old threshold_policy: a graph break, an error under fullgraph); the per-step target check
     `bool((...).any())` of relay._check_tokens put back (a data-dependent branch: graph break); the
-    taus passed as Python floats (a recompile at the next step: error_on_recompile); the rollout
-    buffer written in place (copy_) at the end of rollout_loss (the compiled backward then reads the
-    rewritten state: relay LayerNorm gradients off by 5%)."""
+    taus passed as Python floats (a recompile at the next step: error_on_recompile); the buffer's z
+    and h written in place (copy_) at the end of rollout_loss, the rollout working on clones (eagerly
+    right; compiled, the backward read the rewritten state: relay LayerNorm gradients off by 5%)."""
     taus = relay.draw_taus(6, 0.15, 0.3, torch.Generator().manual_seed(1))
     assert len(set(taus.tolist())) == 6  # the loop's first 3 steps draw these: all different
     run = check_compiled_equals_eager("relay", tmp_path)
