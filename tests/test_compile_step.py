@@ -4,6 +4,7 @@
     python -m pytest tests/test_compile_step.py -q -m slow    # mlm and staggered rollout too
 """
 import types
+from functools import partial
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from torch._dynamo.utils import counters
 
 import relay
 import train_sudoku as ts
+from model import ModelConfig, SudokuTransformer
 from sudoku import MASK
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, d_ff=64, batch_size=16, dropout=0.0, eval_puzzles=0, device="cpu",
@@ -100,3 +102,56 @@ def test_training_data_with_mask_targets_is_a_one_line_error(tmp_path):
     with pytest.raises(SystemExit, match="answer row 7 holds") as e:
         ts.setup(cfg, data)
     assert "\n" not in str(e.value)
+
+
+def rollout_run(model, x0, maskable, host_drawn: bool) -> tuple[list, torch.Tensor]:
+    """Three K = 3 relay windows on a staggered buffer, with the noise drawn as eager code draws it
+    (inside threshold_policy and refill) or on the host beforehand; returns the outputs and the
+    generator's final state."""
+    gen = torch.Generator().manual_seed(3)
+    ones = torch.ones(8, 81, dtype=torch.bool)
+
+    def refill(buf, x0, maskable):
+        if host_drawn:
+            buf.refill(x0, maskable, start_masked=relay.mlm_masking(maskable=ones, generator=gen))
+        else:
+            buf.refill(x0, maskable, gen)
+
+    buf = relay.RolloutBuffer(8, MASK, init="staggered")
+    if host_drawn:
+        buf.allocate(81, state_dim=16)
+    refill(buf, x0, maskable)
+    if not host_drawn:
+        buf.h = torch.zeros(8, 81, 16)
+    outs = []
+    for _ in range(3):
+        if host_drawn:
+            policy = [partial(relay.confidence_unmask, tau=t) for t in relay.draw_taus(3, 0.15, 0.5, gen)]
+        else:
+            policy = relay.threshold_policy(0.15, 0.5, gen)
+        with torch.no_grad():
+            out = relay.rollout_loss(model, buf, K=3, variant="relay", policy=policy)
+        refill(buf, x0.flip(0), maskable.flip(0))
+        outs += [out.loss, out.z, out.h, buf.z]
+    return outs, gen.get_state()
+
+
+def test_host_drawn_noise_equals_the_eager_draws():
+    """The pieces a compiled step uses give exactly the eager results, from the same generator state:
+    draw_taus(K) + one policy per step == threshold_policy drawing per call (loss, tokens, h and the
+    generator's state after), refill(start_masked=) == the staggered draw inside refill, and
+    allocate() + refill == the first refill of an empty buffer. A policy list of the wrong length is an
+    error. Catches (tried, each fails): draw_taus without the clamp at 0 (sigma 0.5 draws negatives);
+    the per-step policies applied in reverse order; allocate() leaving slots unfinished (maskable True)."""
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0, relay=True)).eval()
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randint(8, 17, (8, 81), generator=g)
+    maskable = torch.rand(8, 81, generator=g) < 0.6
+    eager, eager_gen = rollout_run(model, x0, maskable, host_drawn=False)
+    host, host_gen = rollout_run(model, x0, maskable, host_drawn=True)
+    assert all(torch.equal(a, b) for a, b in zip(eager, host)) and torch.equal(eager_gen, host_gen)
+    buf = relay.RolloutBuffer(8, MASK)
+    buf.refill(x0, maskable)
+    with pytest.raises(ValueError, match="2 policies for K=3"):
+        relay.rollout_loss(model, buf, K=3, policy=[relay.threshold_policy()] * 2)
