@@ -141,16 +141,23 @@ def test_host_drawn_noise_equals_the_eager_draws():
     draw_taus(K) + one policy per step == threshold_policy drawing per call (loss, tokens, h and the
     generator's state after), refill(start_masked=) == the staggered draw inside refill, and
     allocate() + refill == the first refill of an empty buffer. A policy list of the wrong length is an
-    error. Catches (tried, each fails): draw_taus without the clamp at 0 (sigma 0.5 draws negatives);
-    the per-step policies applied in reverse order; allocate() leaving slots unfinished (maskable True)."""
+    error; draw_taus equals tau = max(0, 0.15 + 0.5 eps) computed by hand. Catches (tried, each fails):
+    draw_taus without the clamp at 0; the per-step policies applied in reverse order; allocate() leaving
+    its slots unfinished (z all [MASK], maskable all True: the first refill then takes no row)."""
     torch.manual_seed(0)
     model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0, relay=True)).eval()
+    with torch.no_grad():
+        model.head.weight.mul_(8.0)  # confident predictions: tau decides how many cells a step commits
     g = torch.Generator().manual_seed(0)
     x0 = torch.randint(8, 17, (8, 81), generator=g)
     maskable = torch.rand(8, 81, generator=g) < 0.6
     eager, eager_gen = rollout_run(model, x0, maskable, host_drawn=False)
     host, host_gen = rollout_run(model, x0, maskable, host_drawn=True)
     assert all(torch.equal(a, b) for a, b in zip(eager, host)) and torch.equal(eager_gen, host_gen)
+    g = torch.Generator().manual_seed(5)
+    by_hand = [max(0.0, 0.15 + 0.5 * torch.randn((), generator=g).item()) for _ in range(20)]
+    taus = relay.draw_taus(20, 0.15, 0.5, torch.Generator().manual_seed(5))
+    assert taus.tolist() == by_hand and min(by_hand) == 0.0  # clamped at 0, as the paper's code
     buf = relay.RolloutBuffer(8, MASK)
     buf.refill(x0, maskable)
     with pytest.raises(ValueError, match="2 policies for K=3"):
