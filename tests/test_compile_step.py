@@ -159,6 +159,9 @@ def test_host_drawn_noise_equals_the_eager_draws():
     taus = relay.draw_taus(20, 0.15, 0.5, torch.Generator().manual_seed(5))
     assert taus.tolist() == by_hand and min(by_hand) == 0.0  # clamped at 0, as the paper's code
     buf = relay.RolloutBuffer(8, MASK)
-    buf.refill(x0, maskable)
+    buf.allocate(81, state_dim=16)
+    assert buf.finished().all() and torch.equal(buf.h, torch.zeros(8, 81, 16))
+    buf.refill(x0, maskable)  # every slot takes its row, all of its cells to fill masked (cold start)
+    assert torch.equal(buf.x0, x0) and torch.equal(buf.z, torch.where(maskable, MASK, x0))
     with pytest.raises(ValueError, match="2 policies for K=3"):
         relay.rollout_loss(model, buf, K=3, policy=[relay.threshold_policy()] * 2)
