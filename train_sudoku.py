@@ -98,7 +98,7 @@ class TrainConfig:
     # system
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bfloat16 | float32
-    compile: bool = False
+    compile: bool = False  # the training step's loss region as one torch.compile graph (DDP: the model only)
     seed: int = 1
 
 
