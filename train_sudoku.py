@@ -712,9 +712,9 @@ def load_data(cfg: TrainConfig, train_data, val_data, master: bool) -> tuple:
     x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
     # checked once here, so that a bad row is a clear error at load; the per-step check in relay.py is
     # then a device-side assert on GPUs (no host sync per step)
-    bad = ((x0_all == MASK) & (q_all == MASK)).any(1).nonzero()
+    bad = (x0_all == MASK).any(1).nonzero()
     if len(bad):
-        raise SystemExit(f"training data: answer row {int(bad[0])} holds [MASK] at a blank cell ({len(bad)} such rows); "
+        raise SystemExit(f"training data: answer row {int(bad[0])} holds [MASK] ({len(bad)} such rows); "
                          "answers must be complete solutions")
     val_q = val_a = None
     if master and cfg.eval_puzzles > 0:
@@ -764,7 +764,8 @@ def make_loss_fn(cfg: TrainConfig, forward, buffer: RolloutBuffer | None, reduce
 def draw_step_noise(run: Run, maskable: torch.Tensor, mine: slice) -> list[torch.Tensor]:
     """The step's random draws from run.gen, made on the host in the order the losses would make them:
     MLM: the masks of the global batch (identical under DDP), this rank's rows; rollout objectives: the
-    staggered start masks (buffer_init=staggered), then the K thresholds tau = max(0, 0.15 + 0.1 eps)."""
+    staggered start masks (buffer_init=staggered), then the K thresholds
+    tau = max(0, train_tau + train_tau_sigma * eps) (paper: 0.15 and 0.1)."""
     cfg = run.cfg
     if cfg.objective == "mlm":
         return [mlm_masking(maskable=maskable, generator=run.gen)[mine]]
