@@ -87,8 +87,9 @@ def test_compiled_relay_step_is_one_graph_and_matches_eager(tmp_path):
 @pytest.mark.parametrize("objective,extra", [("mlm", {}), ("rollout", {"buffer_init": "staggered"})])
 def test_compiled_mlm_and_staggered_rollout_steps(tmp_path, objective, extra):
     """As above for the MLM step (masks drawn on the host) and a staggered buffer (start masks drawn on
-    the host). Catches: mlm_masking or the staggered draw left inside the region (a generator draw:
-    graph break); tried by passing masked=None to mlm_loss, fails."""
+    the host). Catches (tried, both fail): the MLM masks drawn inside the region (masked=None: another
+    random stream, the losses differ); the staggered start drawn from a generator inside the region
+    (dynamo cannot trace it: an error under fullgraph)."""
     check_compiled_equals_eager(objective, tmp_path, **extra)
 
 
