@@ -126,14 +126,28 @@ def block_confidence_unmask(logits: torch.Tensor, candidates: torch.Tensor, thre
     return ((conf > threshold) | best) & candidates
 
 
+def _draw_tau(tau: float, sigma: float, generator: torch.Generator | None) -> float:
+    t = tau + sigma * torch.randn((), generator=generator).item() if sigma > 0 else tau
+    return max(0.0, t)
+
+
 def threshold_policy(tau: float = 0.15, sigma: float = 0.1, generator: torch.Generator | None = None) -> Policy:
     """confidence_unmask with a fresh tau = max(0, tau + sigma * eps), eps ~ N(0, 1), drawn once per
     call (= per rollout step, one scalar for the whole batch): the paper's training threshold
-    0.15 perturbed by N(0, 0.1^2) (Appendix A.1.3). sigma = 0 gives the fixed evaluation threshold."""
+    0.15 perturbed by N(0, 0.1^2) (Appendix A.1.3). sigma = 0 gives the fixed evaluation threshold.
+    The draw is a host-side .item(): inside torch.compile use draw_taus instead."""
     def policy(logits: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-        t = tau + sigma * torch.randn((), generator=generator).item() if sigma > 0 else tau
-        return confidence_unmask(logits, candidates, max(0.0, t))
+        return confidence_unmask(logits, candidates, _draw_tau(tau, sigma, generator))
     return policy
+
+
+def draw_taus(n: int, tau: float = 0.15, sigma: float = 0.1, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The thresholds of n successive calls of a threshold_policy(tau, sigma, generator) policy, drawn
+    now, with the same draws in the same order: a float64 (n,) tensor on the CPU (float64 holds each
+    value exactly as the policy's Python float; confidence_unmask rounds both alike). For a compiled
+    training step: draw them outside the compiled region (a .item() inside it breaks the graph) and
+    pass rollout_loss one policy per step, [partial(confidence_unmask, tau=t) for t in taus]."""
+    return torch.tensor([_draw_tau(tau, sigma, generator) for _ in range(n)], dtype=torch.float64)
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -148,9 +162,21 @@ def _check_tokens(x0: torch.Tensor, maskable: torch.Tensor, mask_id: int, what: 
     if maskable.dtype != torch.bool or maskable.shape != x0.shape:
         raise ValueError(f"{what}: maskable must be a bool tensor of x0's shape {tuple(x0.shape)} (True = a cell "
                          f"to fill), got {maskable.dtype} {tuple(maskable.shape)}")
-    if bool(((x0 == mask_id) & maskable).any()):
-        raise ValueError(f"{what}: x0 holds mask_id={mask_id} at a cell to fill; x0 must be the clean targets "
-                         f"(is mask_id right?)")
+    _check_values(((x0 == mask_id) & maskable).any(), f"{what}: x0 holds mask_id={mask_id} at a cell to fill; "
+                  f"x0 must be the clean targets (is mask_id right?)")
+
+
+def _check_values(bad: torch.Tensor, message: str) -> None:
+    """Raise when the 0-d bool tensor `bad` is True. On the CPU, eagerly: a ValueError. On a GPU, bool(bad)
+    would make the host wait for the device at every training step, and under torch.compile it breaks
+    the graph; there a device-side assert checks the same without a sync (a RuntimeError with this
+    message on the CPU; on CUDA a device-side assert error that ends the process at its next sync).
+    A training loop can check its whole data set once at load (the Sudoku trainer does)."""
+    if bad.device.type == "cpu" and not torch.compiler.is_compiling():
+        if bool(bad):
+            raise ValueError(message)
+    else:
+        torch._assert_async(~bad, message)
 
 
 def _check_state(h: torch.Tensor | None, tokens: torch.Tensor, what: str) -> None:
@@ -242,8 +268,10 @@ def mlm_loss(model: StepFn, x0: torch.Tensor, *, maskable: torch.Tensor, mask_id
     _check_tokens(x0, maskable, mask_id, "mlm_loss")
     if masked is None:
         masked = mlm_masking(maskable=maskable, generator=generator)
-    elif masked.shape != x0.shape or bool((masked & ~maskable).any()):
+    elif masked.shape != x0.shape:
         raise ValueError("mlm_loss: `masked` must have x0's shape and mask only maskable cells")
+    else:
+        _check_values((masked & ~maskable).any(), "mlm_loss: `masked` must have x0's shape and mask only maskable cells")
     logits, _ = _call(model, torch.where(masked, torch.full_like(x0, mask_id), x0), None, extras)
     return masked_ce(logits, x0, masked, reduce_count)
 
@@ -263,6 +291,9 @@ class RolloutBuffer:
     init="staggered": it starts as MLM noise would leave it (each maskable cell masked with
     probability t ~ U(0, 1)), so slots sit at different points of their trajectories.
     Shapes are generic: (size, L) tokens and (size, L, d) states.
+    refill and rollout_loss replace the buffer's tensors rather than write into them: under
+    torch.compile, in-place writes to the buffer let the compiled backward read a tensor the step had
+    already rewritten (seen here: wrong relay gradients, with a correct loss).
     """
 
     def __init__(self, size: int, mask_id: int, init: str = "cold"):
@@ -277,6 +308,19 @@ class RolloutBuffer:
         self.h: torch.Tensor | None = None  # allocated by the first relay rollout that stores one
         self.extras: dict[str, torch.Tensor] = {}
 
+    def allocate(self, length: int, device: torch.device | str | None = None, state_dim: int | None = None,
+                 dtype: torch.dtype = torch.long, extras: dict[str, torch.Tensor] | None = None) -> None:
+        """Set up every slot now, empty and therefore finished: the next refill fills them all, as a
+        first refill would. state_dim: h too, as float32 zeros (size, length, state_dim). extras:
+        (size, ...) tensors giving each extra's shape and dtype (their values are not used).
+        Optional (refill allocates on first use); a training loop that allocates up front runs the
+        same code at its first step as at every other (one torch.compile graph, no recompile)."""
+        self.x0 = torch.zeros(self.size, length, dtype=dtype, device=device)
+        self.z = self.x0.clone()
+        self.maskable = torch.zeros(self.size, length, dtype=torch.bool, device=device)
+        self.h = torch.zeros(self.size, length, state_dim, device=device) if state_dim is not None else None
+        self.extras = {k: torch.zeros_like(v[: self.size]) for k, v in (extras or {}).items()}
+
     def masked(self) -> torch.Tensor:
         return (self.z == self.mask_id) & self.maskable  # (size, L)
 
@@ -286,10 +330,13 @@ class RolloutBuffer:
         return ~self.masked().any(-1)  # (size,)
 
     def refill(self, x0: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator | None = None,
-               extras: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+               extras: dict[str, torch.Tensor] | None = None, start_masked: torch.Tensor | None = None) -> torch.Tensor:
         """Put the first rows of (x0, maskable, extras) (B >= size rows) into the finished slots, in
         slot order; returns how many slots were refilled (a tensor: no host sync on GPUs). The share
-        of the offered rows that is used is refilled / B; the others are dropped."""
+        of the offered rows that is used is refilled / B; the others are dropped.
+        init="staggered" draws which cells of a refilled slot start masked with
+        mlm_masking(generator); start_masked, a (size, L) bool tensor, gives that draw instead
+        (mlm_masking(maskable=all True, generator=...) is the same draw, made e.g. outside a compiled region)."""
         _check_tokens(x0, maskable, self.mask_id, "RolloutBuffer.refill")
         extras = dict(extras or {})
         if x0.shape[0] < self.size:
@@ -302,21 +349,22 @@ class RolloutBuffer:
                 raise ValueError(f"refill: extras[{name!r}] has {v.shape[0]} rows, x0 has {x0.shape[0]}")
         x0, maskable = x0[: self.size], maskable[: self.size]
         extras = {k: v[: self.size] for k, v in extras.items()}
-        if self.z is None:
-            self.x0, self.maskable, self.z = x0.clone(), maskable.clone(), x0.clone()
-            self.extras = {k: v.clone() for k, v in extras.items()}
-            new = torch.ones(self.size, dtype=torch.bool, device=x0.device)
-        else:
-            new = self.finished()  # (size,)
-            src = (new.long().cumsum(0) - 1).clamp(min=0)  # the k-th finished slot takes incoming row k
+        if self.z is None:  # first use: every slot empty (finished), so all of them take a row
+            h = self.h
+            self.allocate(x0.shape[1], x0.device, dtype=x0.dtype, extras=extras)
+            self.h = h
+        new = self.finished()  # (size,)
+        src = (new.long().cumsum(0) - 1).clamp(min=0)  # the k-th finished slot takes incoming row k
 
-            def take(incoming: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
-                return torch.where(new.view(-1, *[1] * (current.dim() - 1)), incoming[src], current)
-            self.x0, self.maskable = take(x0, self.x0), take(maskable, self.maskable)
-            self.extras = {k: take(extras[k], v) for k, v in self.extras.items()}
+        def take(incoming: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+            return torch.where(new.view(-1, *[1] * (current.dim() - 1)), incoming[src], current)
+        self.x0, self.maskable = take(x0, self.x0), take(maskable, self.maskable)
+        self.extras = {k: take(extras[k], v) for k, v in self.extras.items()}
         hide = self.maskable
         if self.init == "staggered":
-            hide = hide & mlm_masking(maskable=hide, generator=generator).to(hide.device)
+            if start_masked is None:
+                start_masked = mlm_masking(maskable=hide, generator=generator)
+            hide = hide & start_masked.to(hide.device)
         self.z = torch.where(new[:, None], torch.where(hide, self.mask_id, self.x0), self.z)
         if self.h is not None:
             self.h = torch.where(new[:, None, None], torch.zeros_like(self.h), self.h)  # a new trajectory starts from h = 0
@@ -350,7 +398,7 @@ class RolloutOutput:
 
 
 def rollout_loss(step_fn: StepFn, state: "RolloutBuffer | tuple", K: int = 2, variant: str = "relay",
-                 policy: Policy | None = None, mask_id: int | None = None,
+                 policy: Policy | Sequence[Policy] | None = None, mask_id: int | None = None,
                  reduce_count: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  extras: dict[str, torch.Tensor] | None = None) -> RolloutOutput:
     """K on-policy rollout steps with teacher forcing and their summed loss (Algorithm 1, Eq. 5).
@@ -364,6 +412,7 @@ def rollout_loss(step_fn: StepFn, state: "RolloutBuffer | tuple", K: int = 2, va
         through h across the K steps: Eq. 7, the two-step gradient of Sec. 3.2 for K = 2).
     policy: (detached logits, candidates) -> cells to commit; default threshold_policy() with
         training tau = max(0, 0.15 + 0.1 eps) drawn per step. Fast-dLLM passes block_confidence_unmask.
+        A list of K policies gives step k the k-th (e.g. thresholds drawn by draw_taus outside torch.compile).
     mask_id: the [MASK] id; taken from the buffer (an error if given and different), required with a tuple.
     reduce_count: see masked_ce (DDP normalisation).
     Returns RolloutOutput(loss, z, h, step_losses, n_masked, n_committed); call loss.backward().
@@ -374,7 +423,9 @@ def rollout_loss(step_fn: StepFn, state: "RolloutBuffer | tuple", K: int = 2, va
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if K < 1:
         raise ValueError(f"K must be >= 1, got {K}")
-    policy = policy or threshold_policy()
+    policies = list(policy) if isinstance(policy, (list, tuple)) else [policy or threshold_policy()] * K
+    if len(policies) != K:
+        raise ValueError(f"rollout_loss: got {len(policies)} policies for K={K} steps")
     if isinstance(state, RolloutBuffer):
         if state.z is None:
             raise ValueError("the rollout buffer is empty: call buffer.refill(x0, maskable) first")
@@ -395,7 +446,7 @@ def rollout_loss(step_fn: StepFn, state: "RolloutBuffer | tuple", K: int = 2, va
     h = None if variant == "rollout" else (h.detach() if h is not None else None)  # window edge: no grad into the past
     loss = 0.0
     step_losses, n_masked, n_committed = [], [], []
-    for _ in range(K):
+    for policy in policies:
         candidates = (z == mask_id) & maskable
         logits, h_out = _call(step_fn, z, h, extras)
         _check_step_output(logits, h_out, z, need_h=variant != "rollout")

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from sudoku import DIGIT0, MASK, N_CELLS
-from sudoku_decode import DecodeResult, check_questions, decode, token_violations
+from sudoku_decode import DTYPES, DecodeResult, check_questions, decode, token_violations
 from sudoku_report import check_same_puzzles, data_source, format_table, load_results, plot_pareto, tau_key
 from sudoku_show import show_puzzle, write_boards
 
@@ -131,6 +131,8 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=512, help="the paper's batch NFE assumes 512")
     p.add_argument("--relay_carry", type=_bool, default=True, help="carry h between steps (relay models)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="auto: bf16 autocast on CUDA (the authors' evaluation), fp32 elsewhere; or force one")
     p.add_argument("--out", default="", help="write all metrics and each checkpoint's run config as JSON")
     p.add_argument("--table", action="store_true", help="print Table-1-style rows at --tau")
     p.add_argument("--plot", default="", help="draw exact match vs NFE over the τ sweep into this PNG")
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
                 record = dump is not None and tau == args.tau
                 t0 = time.time()
                 res = decode(model, q, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
-                             relay_carry=args.relay_carry, record_boards=record, progress=True)
+                             relay_carry=args.relay_carry, record_boards=record, progress=True, dtype=args.dtype)
                 m = score(q, a, res) | {"seconds": round(time.time() - t0, 3)}
                 entry["results"][cohort][tau_key(tau)] = m
                 pct = lambda v: "n/a" if v is None else f"{100 * v:.2f}"  # noqa: E731
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         meta = {k: getattr(args, k) for k in ("data", "n", "cohort", "taus", "tau", "max_steps", "batch_size",
-                                              "ema", "relay_carry", "device")}
+                                              "ema", "relay_carry", "device", "dtype")}
         with open(args.out, "w") as f:
             json.dump(meta | {"data_source": source, "checkpoints": entries}, f, indent=1)
         print(f"wrote {args.out}")

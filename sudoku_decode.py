@@ -11,8 +11,9 @@ the first step: the Sudoku model adds R(0) = beta there, paper Eq. 2 with h_0 = 
 get h. Clues never change; a puzzle is done when no [MASK] is left; at most `max_steps` loop steps,
 then one final forward fills whatever is still masked.
 
-The model runs in eval mode (restored afterwards), under bf16 autocast on CUDA as in the authors'
-evaluation and in fp32 on the CPU (exactly reproducible).
+The model runs in eval mode (restored afterwards), by default (dtype="auto") under bf16 autocast on
+CUDA as in the authors' evaluation and in fp32 elsewhere (exactly reproducible); dtype="float32" or
+"bfloat16" chooses either on any device.
 """
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -32,9 +33,20 @@ def device_of(model: torch.nn.Module, fallback: torch.device) -> torch.device:
     return p.device if p is not None else fallback
 
 
+def autocast(device: torch.device, dtype: str = "auto"):
+    """The decoding precision: "auto" = bf16 autocast on CUDA, fp32 elsewhere; "bfloat16" / "float32" on any device."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+
+
+DTYPES = ("auto", "bfloat16", "float32")
+
+
 def decode_boards(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
                   batch_size: int = 512, relay_carry: bool = True, early_exit: bool = True,
-                  on_step: BoardHook | None = None, progress: bool = False
+                  on_step: BoardHook | None = None, progress: bool = False, dtype: str = "auto"
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Decode (N, 81) questions in batches of batch_size with relay.decode at threshold tau.
 
@@ -44,7 +56,7 @@ def decode_boards(model: torch.nn.Module, questions: torch.Tensor, tau: float = 
     """
     device = device_of(model, questions.device)
     carry = relay_carry and bool(getattr(getattr(model, "config", None), "relay", False))
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    amp = autocast(device, dtype)
     questions = questions.cpu()
     N = questions.size(0)
     pred = questions.clone().long()
@@ -106,19 +118,21 @@ def check_questions(questions: torch.Tensor) -> None:
 
 def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
            batch_size: int = 512, relay_carry: bool = True, early_exit: bool = True,
-           record_boards: bool = False, progress: bool = False) -> DecodeResult:
+           record_boards: bool = False, progress: bool = False, dtype: str = "auto") -> DecodeResult:
     """Fill the [MASK] cells of `questions` (N, 81) by confidence-threshold decoding.
 
     relay_carry: feed h_out back as the next step's h (relay models only; plain models never get h).
     early_exit: finished puzzles leave the batch; with False every batch runs all its rows until its
     slowest puzzle is done, as the paper's code did (same boards and nfe, more compute).
     record_boards: keep every puzzle's board and commit mask after each forward (for --dump / --puzzle).
+    dtype: "auto" (bf16 autocast on CUDA, fp32 elsewhere), "bfloat16" or "float32".
     """
     check_questions(questions)
     if not tau >= 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
     if max_steps < 1 or batch_size < 1:
         raise ValueError(f"max_steps and batch_size must be >= 1, got {max_steps} and {batch_size}")
+    autocast(torch.device("cpu"), dtype)  # an unknown dtype fails here, before any work
     N = questions.size(0)
     device = device_of(model, questions.device)
     vio, snap, steps = (torch.zeros(N, dtype=torch.long, device=device) for _ in range(3))
@@ -138,7 +152,7 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
                 commits[r].append(commit[i])
 
     pred, nfe, batch_nfe = decode_boards(model, questions, tau, max_steps, batch_size, relay_carry, early_exit,
-                                         on_step=on_step, progress=progress)
+                                         on_step=on_step, progress=progress, dtype=dtype)
     vio, snap, steps = vio.cpu(), snap.cpu(), steps.cpu()
     questions = questions.cpu()
     # cells actually filled per forward (a committed argmax of [MASK] leaves the cell open for later)

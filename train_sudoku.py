@@ -28,6 +28,7 @@ import time
 import types
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
+from functools import partial
 
 import numpy as np
 import torch
@@ -38,7 +39,8 @@ from checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from devices import pick_device
 from model import ModelConfig, SudokuTransformer
-from relay import RolloutBuffer, mlm_loss, mlm_masking, rollout_loss, threshold_policy
+import relay
+from relay import RolloutBuffer, draw_taus, mlm_loss, mlm_masking, rollout_loss
 from sudoku_decode import decode_boards
 from sudoku import MASK
 import sudoku_data
@@ -96,7 +98,7 @@ class TrainConfig:
     # system
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bfloat16 | float32
-    compile: bool = False
+    compile: bool = False  # the training step's loss region as one torch.compile graph (DDP: the model only)
     seed: int = 1
 
 
@@ -573,8 +575,7 @@ class Run:
     ema: EMA | None
     buffer: RolloutBuffer | None
     gen: torch.Generator  # data noise (MLM masks, tau): the same stream on every rank
-    policy: object
-    forward: object  # (z, h) -> (logits, h_out) under autocast; set once the model is wrapped
+    loss_fn: object  # the step's loss (make_loss_fn), compiled as one graph when compile=True
     reduce: object  # DDP token-count reduction for the losses, or None
     x0_all: torch.Tensor
     q_all: torch.Tensor
@@ -654,12 +655,16 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     buffer = RolloutBuffer(local_bs, MASK, cfg.buffer_init) if cfg.objective != "mlm" else None
     run = Run(cfg=cfg, device=device, rank=rank, world=world, ddp=ddp, model=model, raw_model=model, mcfg=mcfg,
-              optimizer=optimizer, ema=ema, buffer=buffer, gen=gen,
-              policy=threshold_policy(cfg.train_tau, cfg.train_tau_sigma, gen), forward=None, reduce=None,
+              optimizer=optimizer, ema=ema, buffer=buffer, gen=gen, loss_fn=None, reduce=None,
               x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=BatchOrder(len(x0_all), cfg.seed),
               run_config=run_config, ckpt_path=ckpt_path, log_path=log_path, wandb=None)
     if resume is not None:
         restore(run, resume)
+    if buffer is not None and buffer.z is None:
+        # every slot empty (the first refill fills them all) and h = 0 for the relay objectives: explicit
+        # zeros rather than None, so the relay LN takes part in every step (DDP needs that), and the
+        # first step runs the same code as every later one (one compiled graph)
+        buffer.allocate(81, device, state_dim=cfg.n_embd if mcfg.relay else None)
     if master:
         if cfg.overwrite:
             remove_run_files(cfg.out_dir)
@@ -669,8 +674,8 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
                   "float32 here; use --dtype=float32")
         print(f"{model.num_params():,} parameters | device {device} | {'bf16 autocast' if use_bf16 else 'fp32'}"
               f" | {world} process(es) | {len(x0_all):,} training puzzles")
-    if cfg.compile:
-        model = torch.compile(model)
+    if cfg.compile and ddp:
+        model = torch.compile(model)  # the DDP-wrapped model cannot sit inside one fullgraph region
     if ddp:
         model = DDP(model, device_ids=[int(os.environ["LOCAL_RANK"])] if device_type == "cuda" else None)
 
@@ -685,7 +690,12 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
         with amp:
             return model(z, h)
 
-    run.model, run.forward, run.reduce = model, forward, reduce_count if ddp else None
+    run.model, run.reduce = model, reduce_count if ddp else None
+    run.loss_fn = make_loss_fn(cfg, forward, buffer, run.reduce)
+    if cfg.compile and not ddp:
+        # the training step's loss region as ONE graph: a graph break or a host sync (.item(), bool())
+        # inside it is an error here, not a silent slowdown; the sampler stays eager (early exit)
+        run.loss_fn = torch.compile(run.loss_fn, fullgraph=True)
     if cfg.wandb_log and master:
         try:
             import wandb
@@ -700,6 +710,12 @@ def load_data(cfg: TrainConfig, train_data, val_data, master: bool) -> tuple:
     """Training answers and questions, and (on the master, when validating) the first eval_puzzles of eval_split."""
     train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
     x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
+    # checked once here, so that a bad row is a clear error at load; the per-step check in relay.py is
+    # then a device-side assert on GPUs (no host sync per step)
+    bad = (x0_all == MASK).any(1).nonzero()
+    if len(bad):
+        raise SystemExit(f"training data: answer row {int(bad[0])} holds [MASK] ({len(bad)} such rows); "
+                         "answers must be complete solutions")
     val_q = val_a = None
     if master and cfg.eval_puzzles > 0:
         val_data = val_data if val_data is not None else load_split(cfg.eval_split, cfg.data_dir)
@@ -727,30 +743,60 @@ def restore(run: Run, resume: dict) -> None:
         drop_records_after(run.log_path, run.step)
 
 
-def train_step(run: Run) -> tuple[float, torch.Tensor, int]:
-    """One optimizer step on the next global batch; returns (lr, loss, puzzles new to the rollout buffer)."""
-    cfg, device, buffer = run.cfg, run.device, run.buffer
+def make_loss_fn(cfg: TrainConfig, forward, buffer: RolloutBuffer | None, reduce):
+    """The step's loss as a function of this rank's batch and the step's random draws, all tensors:
+    (x0 (b, 81) uint8, maskable (b, 81) bool, *draws) -> (loss, puzzles new to the buffer). It holds no
+    host sync and no random draw, so that torch.compile makes it one graph that never recompiles."""
+    if cfg.objective == "mlm":
+        def mlm_step(x0, maskable, masked):
+            return mlm_loss(forward, x0.long(), maskable=maskable, mask_id=MASK, masked=masked, reduce_count=reduce), None
+        return mlm_step
+
+    def rollout_step(x0, maskable, taus, start_masked=None):
+        new = buffer.refill(x0.long(), maskable, start_masked=start_masked)
+        policies = [partial(relay.confidence_unmask, tau=tau) for tau in taus]  # step k commits at threshold taus[k]
+        out = rollout_loss(forward, buffer, K=cfg.K, variant=cfg.objective, policy=policies, mask_id=MASK,
+                           reduce_count=reduce)
+        return out.loss, new
+    return rollout_step
+
+
+def draw_step_noise(run: Run, maskable: torch.Tensor, mine: slice) -> list[torch.Tensor]:
+    """The step's random draws from run.gen, made on the host in the order the losses would make them:
+    MLM: the masks of the global batch (identical under DDP), this rank's rows; rollout objectives: the
+    staggered start masks (buffer_init=staggered), then the K thresholds
+    tau = max(0, train_tau + train_tau_sigma * eps) (paper: 0.15 and 0.1)."""
+    cfg = run.cfg
+    if cfg.objective == "mlm":
+        return [mlm_masking(maskable=maskable, generator=run.gen)[mine]]
+    start = []
+    if cfg.buffer_init == "staggered":
+        start = [mlm_masking(maskable=torch.ones(run.local_bs, 81, dtype=torch.bool), generator=run.gen)]
+    return [draw_taus(cfg.K, cfg.train_tau, cfg.train_tau_sigma, run.gen)] + start
+
+
+def to_device_async(t: torch.Tensor, device: str) -> torch.Tensor:
+    """Host -> device without a host sync: on CUDA through pinned memory with a non-blocking copy
+    (a copy from pageable memory makes the host wait)."""
+    if device.startswith("cuda"):
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def train_step(run: Run) -> tuple[float, torch.Tensor, torch.Tensor | int]:
+    """One optimizer step on the next global batch; returns (lr, loss, puzzles new to the rollout buffer).
+    No host sync on CUDA: the batch and the random draws travel as non-blocking copies."""
+    cfg, device = run.cfg, run.device
     lr = lr_at(run.step, cfg)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     rows = run.order.rows(run.pos, cfg.batch_size)
     run.pos += cfg.batch_size
     mine = slice(run.rank * run.local_bs, (run.rank + 1) * run.local_bs)
-    x0 = run.x0_all[rows].long()
     maskable = run.q_all[rows] == MASK  # clues are the given cells
-    new = 0
-    if cfg.objective == "mlm":
-        masked = mlm_masking(maskable=maskable, generator=run.gen)[mine]  # drawn for the global batch: identical under DDP
-        loss = mlm_loss(run.forward, x0[mine].to(device), maskable=maskable[mine].to(device), mask_id=MASK,
-                        masked=masked.to(device), reduce_count=run.reduce)
-    else:
-        new = buffer.refill(x0[mine].to(device), maskable[mine].to(device), run.gen)
-        if cfg.objective != "rollout" and buffer.h is None:
-            # explicit zeros rather than None, so the relay LN takes part in every step (DDP needs that)
-            buffer.h = torch.zeros(run.local_bs, 81, cfg.n_embd, device=device)
-        out = rollout_loss(run.forward, buffer, K=cfg.K, variant=cfg.objective, policy=run.policy, mask_id=MASK,
-                           reduce_count=run.reduce)
-        loss = out.loss
+    draws = draw_step_noise(run, maskable, mine)
+    inputs = [run.x0_all[rows][mine], maskable[mine]] + draws
+    loss, new = run.loss_fn(*[to_device_async(t, device) for t in inputs])
     loss.backward()
     if cfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), cfg.grad_clip)
@@ -759,7 +805,7 @@ def train_step(run: Run) -> tuple[float, torch.Tensor, int]:
     if run.ema is not None:
         run.ema.update(run.raw_model)
     run.step += 1
-    return lr, loss.detach(), new
+    return lr, loss.detach(), new if new is not None else 0
 
 
 def evaluate(run: Run) -> dict:

@@ -1,29 +1,43 @@
-"""Training-step cost of the four objectives, measured in one run, as a table.
+"""Training-step speed of the four objectives: train_sudoku.py's own step, timed, as Markdown on stdout.
 
-    python bench/bench_train.py                                                   # paper model, batch 512, auto device
-    python bench/bench_train.py --device=cuda --compile=True                      # GPU: bf16 autocast + compile
-    python bench/bench_train.py --device=cpu --dtype=bfloat16 --batch_size=64     # CPU
-    python bench/bench_train.py --n_embd=128 --n_head=4 --d_ff=512 --batch_size=128 --dtype=bfloat16  # CPU preset
+    python bench/bench_train.py                                              # paper model, batch 512, auto device
+    python bench/bench_train.py --device=cuda --compile=True                 # GPU: bf16 autocast, step compiled as one graph
+    python bench/bench_train.py --device=cuda --compile=True --profile=True  # + the top 15 GPU kernels per objective
+    python bench/bench_train.py --device=cpu --n_embd=64 --n_head=4 --n_layer=2 --batch_size=16 --steps=3 --warmup=1
 
-A step is what train_sudoku.py does per optimizer step: the loss (MLM: one forward; rollout
-objectives: K forwards through the rollout buffer), backward, clip, AdamW, EMA update. The data
-is synthetic (random boards): step cost does not depend on the digits. The last column projects
-max_iters steps at the measured speed.
+A step is train_sudoku.train_step on a Run that train_sudoku.setup builds, exactly what training runs
+per optimizer step: the batch's host-to-device copy, the loss (MLM: one forward; rollout objectives:
+buffer refill and K forwards), backward, clip, AdamW, EMA. The data is synthetic (random digit boards
+with 60% blanks, validation off): the step's cost does not depend on the digits. Columns:
+  ms/step, steps/s   mean over the timed steps (after the warm-up steps, which include compilation)
+  vs MLM             ms/step over MLM's
+  TFLOP/s            step_flops / step time: the model's matmuls and attention (see flops_per_step)
+  peak mem           torch.cuda.max_memory_allocated over the objective's steps ('-' off CUDA)
+  graphs             torch.compile graphs built for the objective (1 = one graph, never recompiled)
+  syncs/step         host syncs in one extra step under torch.cuda.set_sync_debug_mode ('-' off CUDA)
+                     (expected 0: the step copies its batch pinned and non-blocking and reads nothing back)
+  <max_iters> steps  the run time projected at this speed
+Everything else (setup's own printout) goes to stderr, so stdout is the report.
 """
+import contextlib
 import os
 import sys
+import tempfile
 import time
-from contextlib import nullcontext
+import types
+import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from torch._dynamo.utils import counters
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import train_sudoku as ts  # noqa: E402
 from configurator import ConfigError, load_config  # noqa: E402
-from model import ModelConfig, SudokuTransformer  # noqa: E402
-from relay import RolloutBuffer, mlm_loss, rollout_loss, threshold_policy  # noqa: E402
 from sudoku import MASK  # noqa: E402
-from train_sudoku import EMA, optimizer_groups, pick_device  # noqa: E402
+
+L, VOCAB = 81, 17  # Sudoku: 81 cells, 17 token ids
 
 
 @dataclass
@@ -31,7 +45,7 @@ class BenchConfig:
     objectives: str = "mlm,rollout,relay_sg,relay"
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere | bfloat16 | float32
-    compile: bool = False
+    compile: bool = False  # train_sudoku's compile=True: the step's loss region as one graph
     batch_size: int = 512
     n_layer: int = 4
     n_head: int = 6
@@ -42,7 +56,33 @@ class BenchConfig:
     warmup: int = 5  # untimed steps (compile, allocator, caches)
     steps: int = 20  # timed steps per objective
     max_iters: int = 300_000  # for the projected run time
+    profile: bool = False  # torch.profiler over profile_steps more steps: the top 15 per objective
+    profile_steps: int = 3
     seed: int = 0
+
+
+def flops_per_step(n_layer: int, n_embd: int, d_ff: int, batch_size: int, forwards: int,
+                   length: int = L, vocab: int = VOCAB) -> float:
+    """Matmul FLOPs of one training step (2 per multiply-add). Per token and forward, each layer has
+    the QKV projection 2*3d^2, the output projection 2*d^2, the FFN 2*2*d*d_ff and attention
+    2*2*length*d (scores QK^T and the weighted sum of V); the head adds 2*d*vocab. Backward costs twice
+    the forward (gradients of inputs and of weights), so a step is 3x its forwards: 1 for MLM, K for
+    the rollout objectives (one backward through all K). Embedding, norms, softmax and the optimizer
+    are left out, as is usual for model FLOPs."""
+    d = n_embd
+    per_token = n_layer * (2 * 3 * d * d + 2 * d * d + 2 * 2 * d * d_ff + 2 * 2 * length * d) + 2 * d * vocab
+    return 3.0 * forwards * batch_size * length * per_token
+
+
+def step_flops(cfg: BenchConfig, objective: str) -> float:
+    return flops_per_step(cfg.n_layer, cfg.n_embd, cfg.d_ff, cfg.batch_size, 1 if objective == "mlm" else cfg.K)
+
+
+def synthetic_boards(n: int, seed: int) -> types.SimpleNamespace:
+    rng = np.random.default_rng(seed)
+    answer = rng.integers(8, 17, size=(n, L)).astype(np.uint8)  # digit tokens
+    question = np.where(rng.random((n, L)) < 0.6, MASK, answer).astype(np.uint8)
+    return types.SimpleNamespace(question=question, answer=answer)
 
 
 def sync(device: str) -> None:
@@ -52,46 +92,86 @@ def sync(device: str) -> None:
         torch.mps.synchronize()
 
 
-def bench(cfg: BenchConfig, objective: str, device: str, amp) -> float:
-    """Seconds per optimizer step for one objective."""
-    torch.manual_seed(cfg.seed)
-    relay = objective in ("relay_sg", "relay")
-    raw = SudokuTransformer(ModelConfig(cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.d_ff, cfg.dropout, relay=relay)).to(device)
-    model = torch.compile(raw) if cfg.compile else raw
-    opt = torch.optim.AdamW(optimizer_groups(raw, 0.01), lr=5e-4, fused=device.startswith("cuda"))
-    ema = EMA(raw, 0.9999)
-    B = cfg.batch_size
-    x0 = torch.randint(8, 17, (B, 81), device=device)
-    maskable = torch.rand(B, 81, device=device) > 0.3
-    buffer = RolloutBuffer(B, MASK)
-    policy = threshold_policy(0.15, 0.1)
+def train_config(cfg: BenchConfig, objective: str) -> ts.TrainConfig:
+    """train_sudoku's config for this objective (out_dir is never written: no checkpoint, no log)."""
+    tcfg = ts.TrainConfig(objective=objective, device=cfg.device, dtype=cfg.dtype, compile=cfg.compile,
+                          batch_size=cfg.batch_size, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                          d_ff=cfg.d_ff, dropout=cfg.dropout, K=cfg.K, seed=cfg.seed, eval_puzzles=0,
+                          out_dir=os.path.join(tempfile.gettempdir(), "bench_train_unused"))
+    try:
+        ts.check_config(tcfg)
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+    return tcfg
 
-    def step_fn(z, h):
-        with amp:
-            return model(z, h)
 
-    def one_step() -> None:
-        if objective == "mlm":
-            loss = mlm_loss(step_fn, x0, maskable=maskable, mask_id=MASK)
-        else:
-            buffer.refill(x0, maskable)
-            if relay and buffer.h is None:
-                buffer.h = torch.zeros(B, 81, cfg.n_embd, device=device)
-            loss = rollout_loss(step_fn, buffer, K=cfg.K, variant=objective, policy=policy).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(raw.parameters(), 0.5)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        ema.update(raw)
+def make_run(cfg: BenchConfig, objective: str) -> ts.Run:
+    """train_sudoku's Run for this objective on synthetic data (its printout goes to stderr)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return ts.setup(train_config(cfg, objective), synthetic_boards(max(4 * cfg.batch_size, 64), cfg.seed))
 
+
+def count_syncs(run: ts.Run) -> int:
+    """Host syncs in one step, as torch.cuda's sync debug mode reports them (warnings)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            ts.train_step(run)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def bench(cfg: BenchConfig, objective: str) -> dict:
+    """Time train_step for one objective; returns the row's numbers (and the run, for profiling)."""
+    device = ts.pick_device(cfg.device)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    graphs_before = counters["stats"]["unique_graphs"]
+    run = make_run(cfg, objective)
+    run.model.train()
     for _ in range(cfg.warmup):
-        one_step()
+        ts.train_step(run)
     sync(device)
     t0 = time.perf_counter()
     for _ in range(cfg.steps):
-        one_step()
+        ts.train_step(run)
     sync(device)
-    return (time.perf_counter() - t0) / cfg.steps
+    seconds = (time.perf_counter() - t0) / cfg.steps
+    return {"seconds": seconds, "run": run, "tflops": step_flops(cfg, objective) / seconds / 1e12,
+            "peak": torch.cuda.max_memory_allocated(device) if cuda else None,
+            "graphs": counters["stats"]["unique_graphs"] - graphs_before if cfg.compile else None,
+            "syncs": count_syncs(run) if cuda else None}
+
+
+def profile_table(run: ts.Run, steps: int) -> list[str]:
+    """Markdown rows of the top 15 by self time over `steps` steps: on CUDA the GPU kernels and copies
+    (named as launched: aten kernels eagerly, triton_* kernels when compiled), elsewhere the aten ops."""
+    cuda = run.device.startswith("cuda")
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            ts.train_step(run)
+        sync(run.device)
+    events = prof.key_averages()
+    if cuda:  # the GPU's own events (kernels, copies): aten ops also carry their kernels' time, which would count twice
+        events = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+                  and not getattr(e, "is_user_annotation", False)]
+
+    def self_us(e) -> float:
+        return (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)) if cuda \
+            else e.self_cpu_time_total
+    total = sum(self_us(e) for e in events) or 1.0
+    what = "GPU" if cuda else "CPU"
+    rows = [f"| op | calls/step | self {what} ms/step | share of {what} time |", "|---|---|---|---|"]
+    for e in sorted(events, key=self_us, reverse=True)[:15]:
+        name = e.key.replace("|", "/")
+        name = name if len(name) <= 80 else name[:77] + "..."
+        rows.append(f"| `{name}` | {e.count / steps:g} | {self_us(e) / 1000 / steps:.3f} | {100 * self_us(e) / total:.1f}% |")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -100,28 +180,43 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     objectives = cfg.objectives.split(",")
-    bad = [o for o in objectives if o not in ("mlm", "rollout", "relay_sg", "relay")]
+    bad = [o for o in objectives if o not in ts.OBJECTIVES]
     if bad:
-        raise SystemExit(f"unknown objective(s) {bad}; choose from mlm, rollout, relay_sg, relay")
-    device = pick_device(cfg.device)
+        raise SystemExit(f"unknown objective(s) {bad}; choose from {', '.join(ts.OBJECTIVES)}")
+    if cfg.steps < 1 or cfg.warmup < 0 or cfg.profile_steps < 1:
+        raise SystemExit("need steps >= 1, warmup >= 0 and profile_steps >= 1")
+    for o in objectives:
+        train_config(cfg, o)  # every setting checked before any work: one line, no traceback
+    device = ts.pick_device(cfg.device)
     device_type = device.split(":")[0]
     bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device_type == "cuda")
-    amp = torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
-    if device_type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = f"{device}, {torch.get_num_threads()} threads"
-    print(f"device: {name} | torch {torch.__version__} | {'bf16 autocast' if bf16 else 'fp32'} | "
+    name = torch.cuda.get_device_name(device) if device_type == "cuda" else f"{device}, {torch.get_num_threads()} threads"
+    cuda_version = f" | CUDA {torch.version.cuda}" if device_type == "cuda" else ""
+    print(f"device: {name} | torch {torch.__version__}{cuda_version} | {'bf16 autocast' if bf16 else 'fp32'} | "
           f"compile={cfg.compile} | batch {cfg.batch_size} | d={cfg.n_embd} L={cfg.n_layer} ffn={cfg.d_ff} | "
           f"K={cfg.K} | {cfg.steps} timed steps after {cfg.warmup} warm-up")
-    times = {o: bench(cfg, o, device, amp) for o in objectives}
-    base = times.get("mlm")
-    print(f"\n| objective | ms/step | puzzles/s | vs MLM | {cfg.max_iters:,} steps |")
-    print("|---|---|---|---|---|")
-    for o, t in times.items():
+    rows = {}
+    for o in objectives:
+        rows[o] = bench(cfg, o)
+        if not cfg.profile:
+            rows[o].pop("run")  # frees the model and its optimizer before the next objective
+    base = rows["mlm"]["seconds"] if "mlm" in rows else None
+    print(f"\n| objective | ms/step | steps/s | vs MLM | puzzles/s | TFLOP/s | peak mem | graphs | syncs/step | "
+          f"{cfg.max_iters:,} steps |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for o, r in rows.items():
+        t = r["seconds"]
         ratio = f"{t / base:.2f}x" if base else "-"
-        print(f"| {o} | {1000 * t:.1f} | {cfg.batch_size / t:,.0f} | {ratio} | {t * cfg.max_iters / 3600:.2f} h |")
+        peak = f"{r['peak'] / 2**30:.2f} GiB" if r["peak"] is not None else "-"
+        graphs = str(r["graphs"]) if r["graphs"] is not None else "-"
+        syncs = str(r["syncs"]) if r["syncs"] is not None else "-"
+        print(f"| {o} | {1000 * t:.1f} | {1 / t:.1f} | {ratio} | {cfg.batch_size / t:,.0f} | {r['tflops']:.3g} | "
+              f"{peak} | {graphs} | {syncs} | {t * cfg.max_iters / 3600:.2f} h |")
+    if cfg.profile:
+        for o, r in rows.items():
+            print(f"\n### Profile: {o}\n\n{cfg.profile_steps} steps after the timed ones, top 15 by self "
+                  f"{'GPU' if device_type == 'cuda' else 'CPU'} time\n")
+            print("\n".join(profile_table(r.pop("run"), cfg.profile_steps)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""bench/bench_train.py: its FLOP count, that it times train_sudoku's own step, and its Markdown output."""
+import contextlib
+import importlib.util
+import io
+import os
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import train_sudoku as ts
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--device=cpu", "--n_layer=2", "--n_head=2", "--n_embd=8", "--d_ff=16", "--batch_size=4", "--dropout=0.0"]
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_train", os.path.join(ROOT, "bench", "bench_train.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_flops_per_step_hand_count():
+    """One layer, d = 4, d_ff = 8, 2 tokens, vocab 3, batch 1, one forward, counted by hand per token:
+    QKV 2*4*12 = 96, output projection 2*4*4 = 32, FFN 2*4*8 + 2*8*4 = 128, attention scores
+    2*2*4 = 16 and weighted sum 16, head 2*4*3 = 24: 312; x 2 tokens x 3 (forward + backward) = 1872.
+    Catches: a term left out or the x3 forgotten (tried: attention dropped, fails)."""
+    bench = load_bench()
+    assert bench.flops_per_step(1, 4, 8, batch_size=1, forwards=1, length=2, vocab=3) == 1872
+    assert bench.flops_per_step(1, 4, 8, batch_size=5, forwards=2, length=2, vocab=3) == 1872 * 10
+
+
+@pytest.mark.parametrize("objective", ["mlm", "relay"])
+def test_flops_per_step_equals_torch_flop_counter_on_the_real_step(objective):
+    """torch's FlopCounterMode over one real train_step (math attention, so that attention shows as
+    bmm) counts exactly flops_per_step: every matmul of forward and backward, and K forwards for the
+    rollout objectives. Catches: the K factor dropped for rollout objectives (tried: fails for relay)
+    and a wrong per-layer term (tried: FFN counted once, fails)."""
+    bench = load_bench()
+    cfg = bench.load_config(bench.BenchConfig, TINY)
+    with contextlib.redirect_stderr(io.StringIO()):
+        run = bench.make_run(cfg, objective)
+    ts.train_step(run)
+    counter = FlopCounterMode(display=False)
+    with counter, sdpa_kernel(SDPBackend.MATH):
+        ts.train_step(run)
+    assert counter.get_total_flops() == bench.step_flops(cfg, objective)  # what the TFLOP/s column divides
+
+
+def test_bench_times_train_sudokus_own_step_and_prints_markdown(monkeypatch, capsys):
+    """Every timed, warm-up and profiled step is a call of train_sudoku.train_step (not a copy of it),
+    and stdout is the header line plus Markdown tables only. Catches: the bench's old private
+    re-implementation of the step (tried: fails, no train_step calls); setup's config printout on stdout
+    (tried: redirect removed, fails)."""
+    bench = load_bench()
+    calls, step = [], ts.train_step
+    monkeypatch.setattr(ts, "train_step", lambda run: calls.append(run.cfg.objective) or step(run))
+    bench.main(TINY + ["--objectives=mlm,relay", "--steps=2", "--warmup=1", "--profile=True", "--profile_steps=1"])
+    # warm-up 1 + timed 2 per objective, then 1 profiled step per objective
+    assert calls == ["mlm"] * 3 + ["relay"] * 3 + ["mlm", "relay"]
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("device: cpu")
+    assert all(line == "" or line.startswith(("| ", "|---", "### Profile", "1 steps after")) for line in out[1:]), out
+    header = out[2].split("|")[1:-1]
+    assert [h.strip() for h in header] == ["objective", "ms/step", "steps/s", "vs MLM", "puzzles/s", "TFLOP/s",
+                                           "peak mem", "graphs", "syncs/step", "300,000 steps"]
+    relay_row = [c.strip() for c in out[5].split("|")[1:-1]]
+    assert relay_row[0] == "relay" and relay_row[6:9] == ["-", "-", "-"]  # no CUDA memory, no compile, no CUDA syncs
+    assert float(relay_row[5]) > 0
+    profiles = [i for i, line in enumerate(out) if line.startswith("### Profile")]
+    assert len(profiles) == 2 and out[profiles[0] + 4].startswith("| op | calls/step")
