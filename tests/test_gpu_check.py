@@ -1,0 +1,115 @@
+"""scripts/gpu_check.py: the GPU check runs every part and reports it, and never passes a part silently.
+
+The smoke run is the check's own plan at tiny sizes on the CPU, so the plan cannot rot while no GPU
+is at hand. The other tests give the runner made-up parts: a part that prints nothing it should, one
+that overruns its limit (its child processes too), one that fails, one already done.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gpu_check  # noqa: E402
+from gpu_check import Part  # noqa: E402
+
+PY = sys.executable
+
+
+def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
+    """Every part of the plan runs (status ok) and its results reach report.md. Fails when a part is
+    dropped from the run or from the report, when a bench stops printing its table, or when the
+    learning comparison loses a run (checked by deleting the CPU reference run's command)."""
+    out = tmp_path / "report"
+    proc = subprocess.run([PY, "scripts/gpu_check.py", "--smoke", f"--out_dir={out}", "--budget_minutes=10"],
+                          cwd=ROOT, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = (out / "report.md").read_text()
+    parts = gpu_check.plan(True, str(out / "work"))
+    for i, part in enumerate(parts, 1):
+        record = json.loads((out / f"{part.name}.json").read_text())
+        assert record["status"] == "ok", (part.name, record["status"])
+        assert f"## {i}. {part.title}\n\nStatus: ok" in report
+        assert record["commands"] and all(c in report for c in record["commands"])
+    speed = "\n".join(json.loads((out / "train_speed.json").read_text())["output"])
+    assert all(f"| {objective} |" in speed for objective in ("mlm", "rollout", "relay_sg", "relay"))
+    learn = json.loads((out / "learn.json").read_text())["summary"]
+    rows = [line for line in learn.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 6 and all("-" not in line.split("|", 2)[2] for line in rows)  # every run logged every step
+    assert (out / "learn.png").exists() and (out / "relay_tied.png").exists()
+    fastdllm = "\n".join(json.loads((out / "fastdllm_train.json").read_text())["output"])
+    assert fastdllm.count("iter 2:") == 2
+    assert "| prefix cache | " in report and "| relay |" in report and "| sft |" in report
+
+
+def fake_plan(monkeypatch, parts: list[Part]) -> None:
+    monkeypatch.setattr(gpu_check, "plan", lambda smoke, work: parts)
+    monkeypatch.setattr(gpu_check, "python_path_with_wheels", lambda env: env)
+
+
+def run(tmp_path, *args: str) -> int:
+    return gpu_check.main(["--smoke", f"--out_dir={tmp_path}", *args])
+
+
+def record(tmp_path, name: str) -> dict:
+    return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+def test_a_part_that_prints_no_result_fails(tmp_path, monkeypatch):
+    """A bench that exits 0 but prints no table is FAILED, in the report and the exit status.
+    Fails when the expect check is dropped (checked)."""
+    fake_plan(monkeypatch, [Part("quiet", "Prints no table", lambda: [[PY, "-c", "print('warming up')"]], 30, 1, r"^\|")])
+    assert run(tmp_path) == 1
+    assert record(tmp_path, "quiet")["status"].startswith("FAILED: ran, but printed nothing matching")
+    assert "| quiet | FAILED" in (tmp_path / "report.md").read_text()
+
+
+def test_a_part_over_its_limit_is_stopped_with_its_children(tmp_path, monkeypatch):
+    """A part over its limit is FAILED within the limit, and the processes it started end with it
+    (a torchrun worker left behind would hold the GPU). Fails when only the direct child is killed
+    (checked with proc.kill() instead of killing the process group)."""
+    pid_file = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    fake_plan(monkeypatch, [Part("slow", "Sleeps", lambda: [[PY, "-c", script]], 3, 1, r".")])
+    t0 = time.time()
+    assert run(tmp_path) == 1
+    assert time.time() - t0 < 20
+    assert record(tmp_path, "slow")["status"] == "FAILED: over its 3 s limit"
+    time.sleep(0.5)
+    assert not running(int(pid_file.read_text()))
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan killed here may wait for a PID 1 that never reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch):
+    """Running the check again continues it: a part that passed is not rerun (its result is kept),
+    a failed one is. Fails when the skip test ignores the status (checked)."""
+    counter = tmp_path / "runs.txt"
+    append = f"open({str(counter)!r}, 'a').write('{{}}\\n'); print('| result |')"
+    fake_plan(monkeypatch, [
+        Part("good", "Passes", lambda: [[PY, "-c", append.format("good")]], 30, 1, r"\| result \|"),
+        Part("bad", "Fails", lambda: [[PY, "-c", append.format("bad") + "; raise SystemExit(3)"]], 30, 1, r"."),
+    ])
+    assert run(tmp_path) == 1
+    assert run(tmp_path) == 1
+    assert counter.read_text().split() == ["good", "bad", "bad"]
+    assert record(tmp_path, "bad")["status"].startswith("FAILED: exit code 3")
+    assert run(tmp_path, "--redo=good", "--parts=good") == 0
+    assert counter.read_text().split() == ["good", "bad", "bad", "good"]
+
+
+def test_unknown_part_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, train_speed"):
+        run(tmp_path, "--parts=nope")
