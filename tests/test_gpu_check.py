@@ -113,3 +113,39 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 def test_unknown_part_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, train_speed"):
         run(tmp_path, "--parts=nope")
+
+
+def check_arguments(cmd: list[str]) -> None:
+    """Parse one command's arguments with its script's own config loader and checks (no work is done)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench_generate, bench_train, memory_profile, prepare_data, train_fastdllm, train_sudoku  # noqa: E401
+    from configurator import load_config
+    args = cmd[1:]
+    if args[:2] == ["-m", "torch.distributed.run"]:
+        args = [a for a in args[2:] if not a.startswith("--nproc_per_node")]
+    script, args = args[0], args[1:]
+    if script == "-m":  # pytest: its own options are checked by pytest itself; --device by conftest
+        assert args[0] == "pytest"
+    elif script == "train_sudoku.py":
+        train_sudoku.check_config(load_config(train_sudoku.TrainConfig, args))
+    elif script == "train_fastdllm.py":
+        train_fastdllm.parse_config(args)
+    elif script == "prepare_data.py":
+        prepare_data.parse_args(args)
+    else:
+        loaders = {"bench/bench_train.py": bench_train.BenchConfig, "bench/bench_generate.py": bench_generate.BenchConfig,
+                   "bench/memory_profile.py": memory_profile.Config}
+        load_config(loaders[script], args)
+
+
+def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
+    """The GPU plan's commands (which CI never runs) pass their scripts' own argument checks, so a
+    GPU session does not lose a part to a misspelt option. Fails on a misspelt key (checked with
+    --pad_too=2048) and on a value a script refuses (checked with --save_interval=-2)."""
+    import torch
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
+    commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
+    assert len(commands) == 19
+    for cmd in commands:
+        check_arguments(cmd)
