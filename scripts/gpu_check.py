@@ -152,7 +152,8 @@ def read_log(out_dir: str) -> tuple[dict[int, float], dict[int, float]]:
 
 def compare_learning(work: str, dev: str) -> str:
     """Loss per logged step of the same preset on the CPU and on the device, and a figure."""
-    runs = {"CPU fp32": "learn_cpu_reference", f"{dev} fp32": f"learn_{dev}_fp32", f"{dev} bf16": f"learn_{dev}_bf16"}
+    fp32 = "fp32 (TF32 matmuls)" if dev == "cuda" else "fp32"  # train_sudoku turns TF32 on for CUDA
+    runs = {"CPU fp32": "learn_cpu_reference", f"{dev} {fp32}": f"learn_{dev}_fp32", f"{dev} bf16": f"learn_{dev}_bf16"}
     logs = {name: read_log(os.path.join(work, d)) for name, d in runs.items()}
     steps = sorted(set().union(*(loss for loss, _ in logs.values())))
     lines = ["| step | " + " | ".join(f"loss, {n}" for n in runs) + " |", "|---" * (len(runs) + 1) + "|"]
@@ -268,17 +269,23 @@ def environment(smoke: bool) -> dict:
     else:
         device = f"CPU ({platform.processor() or platform.machine()}), {os.cpu_count()} cores, " \
                  f"{torch.backends.cpu.get_cpu_capability()}"
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                         text=True) if cuda else None
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    driver = output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader") if cuda else ""
+    commit, dirty = output("git", "rev-parse", "--short", "HEAD"), output("git", "status", "--porcelain", "-uno")
+    now = datetime.datetime.now(datetime.timezone.utc)
     return {"mode": "smoke (CPU, tiny sizes: checks the plan, measures nothing)" if smoke else "full",
-            "device": device, "driver": smi.stdout.strip() if smi and smi.returncode == 0 else "-",
-            "torch": torch.__version__, "CUDA": torch.version.cuda or "-",
+            "device": device, "driver": driver or "-", "torch": torch.__version__, "CUDA": torch.version.cuda or "-",
             "cuDNN": str(torch.backends.cudnn.version()) if cuda else "-", "python": platform.python_version(),
-            "commit": commit + (" (with local changes)" if dirty else ""), "date": datetime.datetime.now(
-                datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "commit": (commit + (" (with local changes)" if dirty else "")) if commit else "unknown (not a git checkout)",
+            "date": now.strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def output(*cmd: str) -> str:
+    """A command's stdout, stripped; "" when it fails or is not installed."""
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def write_report(out_dir: str, parts: list[Part], env_info: dict) -> str:
