@@ -77,6 +77,13 @@ def plan(smoke: bool, work: str) -> list[Part]:
                 run + [f"--device={dev}", "--dtype=bfloat16", f"--out_dir={work}/learn_{dev}_bf16", *steps],
                 run + ["--device=cpu", "--dtype=float32", f"--out_dir={work}/learn_cpu_reference", *cpu_steps]]
 
+    def ddp() -> list[list[str]]:
+        """The DDP path on one GPU (NCCL): the process group, the wrapped model and the max_minutes stop vote."""
+        steps = ["--max_iters=3", "--log_interval=1"] + tiny_sudoku if smoke else ["--max_iters=50", "--compile=True"]
+        return [prepare, [PY, "-m", "torch.distributed.run", "--nproc_per_node=1", "train_sudoku.py", "config/cpu_relay.py",
+                          f"--data_dir={data}", f"--device={dev}", f"--out_dir={work}/ddp", "--overwrite=True",
+                          "--eval_interval=0", "--max_minutes=10", *steps]]
+
     def table1(preset: str) -> Callable[[], list[list[str]]]:
         """A Table 1 preset on generated data for a few minutes: resumable, not comparable with the paper."""
         out = os.path.join(work, preset)
@@ -112,6 +119,9 @@ def plan(smoke: bool, work: str) -> list[Part]:
 
     return [
         Part("tests", "Test suite on the device", tests, 480, 180, r"\d+ passed", keep=r"passed|failed|error|on (cuda|cpu)"),
+        Part("reference_models", "The reference models decoded on the device, fp32 and bf16",
+             lambda: [[PY, "tests/test_reference_models.py", "--compare", f"--device={dev}"]], 180, 30,
+             r"\| relay \| independent_grids"),
         Part("train_speed", "Table 1 training step, eager", bench_train(), 300, 90, r"\| relay \|", keep=BENCH),
         # smoke: one objective, since compiling on a CPU is slow
         Part("train_speed_compiled", "Table 1 training step, torch.compile",
@@ -121,6 +131,8 @@ def plan(smoke: bool, work: str) -> list[Part]:
              300, 90, r"^\|.*\|", keep=BENCH),
         Part("learn", "Learning on CUDA against the CPU", learn, 540, 180, r"step \d+ \| loss",
              keep=None, summarize=lambda w: compare_learning(w, dev)),
+        Part("ddp", "Sudoku training under DDP, one process", ddp, 300, 60, r"step \d+ \| loss",
+             keep=r"process\(es\)|step \d+ \| loss"),
         Part("table1_relay", "Table 1 preset relay_tied, a few minutes", table1("relay_tied"), 540, 270,
              r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "relay_tied")),
         Part("table1_mlm", "Table 1 preset mlm_tied, a few minutes", table1("mlm_tied"), 540, 270,

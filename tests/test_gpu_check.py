@@ -111,7 +111,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, train_speed"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, reference_models, train_speed"):
         run(tmp_path, "--parts=nope")
 
 
@@ -130,6 +130,8 @@ def check_arguments(cmd: list[str]) -> None:
         train_sudoku.check_config(load_config(train_sudoku.TrainConfig, args))
     elif script == "train_fastdllm.py":
         train_fastdllm.parse_config(args)
+    elif script == "tests/test_reference_models.py":  # its own usage check: --compare [--device=...]
+        assert args[0] == "--compare" and len(args) == 2 and args[1].startswith("--device=")
     elif script == "prepare_data.py":
         prepare_data.parse_args(args)
     else:
@@ -146,6 +148,6 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 19
+    assert len(commands) == 22
     for cmd in commands:
         check_arguments(cmd)

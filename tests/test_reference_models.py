@@ -2,7 +2,9 @@
 decode as when they were exported: exact match and mean NFE on a committed puzzle set are pinned.
 
     python -m pytest tests/test_reference_models.py -q
+    python -m pytest tests/test_reference_models.py --device=cuda   # the same pins on a GPU (fp32)
     python tests/test_reference_models.py --write     # re-pin after exporting new reference models
+    python tests/test_reference_models.py --compare --device=cuda   # pins vs fp32 and bf16 there, a table
 
 The puzzles (tests/data/reference_puzzles.txt: 100 from sudoku.generate_puzzle and 100 twins on
 independently sampled grids) are committed, so a generator change cannot move the pins. fp32
@@ -46,19 +48,20 @@ def load_puzzles() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
             for name, rows in sets.items()}
 
 
-def measure(path: str) -> dict[str, dict[str, float]]:
-    model, _ = load_model(path)
+def measure(path: str, device: str = "cpu", dtype: str = "float32") -> dict[str, dict[str, float]]:
+    model, _ = load_model(path, str(device))
     out = {}
     for name, (q, a) in load_puzzles().items():
-        pred, nfe, _ = decode_boards(model, q, tau=TAU)
+        pred, nfe, _ = decode_boards(model, q.to(device), tau=TAU, dtype=dtype)
         out[name] = {"exact": int((pred == a).all(1).sum()), "mean_nfe": round(float(nfe.float().mean()), 3)}
     return out
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_reference_model_metrics_are_pinned(name):
+def test_reference_model_metrics_are_pinned(name, device):
+    """In fp32 on any device: a GPU's fp32 kernels differ from a CPU's as two CPUs' do (within the tolerance)."""
     pinned = json.load(open(PINS))[name]
-    got = measure(MODELS[name])
+    got = measure(MODELS[name], device)
     assert set(got) == set(pinned)
     for which in pinned:
         assert abs(got[which]["exact"] - pinned[which]["exact"]) <= EXACT_TOLERANCE, (which, got, pinned)
@@ -107,7 +110,22 @@ def write() -> None:
     print(json.dumps(pins, indent=1))
 
 
+def compare(device: str) -> None:
+    """The pins (CPU, fp32) next to this device's fp32 and bf16 autocast decoding, as a Markdown table."""
+    pins = json.load(open(PINS))
+    print(f"\n| model | puzzles | pinned: solved / NFE | {device} fp32 | {device} bf16 |\n|---|---|---|---|---|")
+    for name, path in MODELS.items():
+        runs = [pins[name], measure(path, device, "float32"), measure(path, device, "bfloat16")]
+        for which in pins[name]:
+            cells = [f"{r[which]['exact']} / {r[which]['mean_nfe']:.2f}" for r in runs]
+            print(f"| {name} | {which} (100) | " + " | ".join(cells) + " |")
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        raise SystemExit("usage: python tests/test_reference_models.py --write")
-    write()
+    args = sys.argv[1:]
+    if args == ["--write"]:
+        write()
+    elif args[:1] == ["--compare"] and len(args) <= 2:
+        compare(args[1].removeprefix("--device=") if len(args) == 2 else "cpu")
+    else:
+        raise SystemExit("usage: python tests/test_reference_models.py --write | --compare [--device=cuda]")
