@@ -27,7 +27,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sudoku_report  # noqa: E402
 from scripts import runs  # noqa: E402
 
-NAMES = {"mlm": "MLM", "rollout": "Rollout", "relay_sg": "Relay (sg)", "relay": "Relay"}
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--eval_interval=0", "--eval_puzzles=32", "--log_interval=10", "--batch_size=16"]
 SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
 
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
             children.append(child)
             more = (f"+{args.minutes:g} min" if args.minutes is not None
                     else f"+{mlm_iters if is_mlm else args.iters} steps")
-            labels.append(f"{NAMES[objective]} ({spent} MLM {more})")
+            labels.append(f"{sudoku_report.OBJECTIVE_NAMES[objective]} ({spent} MLM {more})")
     t_train = time.time() - t0
     cohorts = "all,deduction_only" if runs.has_derived_fields(data_dir) else "all"
     results = runs.evaluate(parents + children, [f"MLM parent ({spent})"] * len(parents) + labels, data_dir, args.n,
