@@ -109,11 +109,16 @@ def _read_meta(out_dir: str) -> dict | None:
 # -----------------------------------------------------------------------------
 # sources
 
-def _generate_one(job: tuple) -> tuple[str, str, int]:
-    seed, stream, index, min_clues, max_clues = job
-    # one generator per (seed, split, index): the data set does not depend on the worker count
+def generate_one(seed: int, stream: int, index: int, min_clues: int, max_clues: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Puzzle `index` of random stream `stream` (the splits use 0, 1, 2): (puzzle, solution, rating),
+    digits with 0 = blank, and a clue count uniform in [min_clues, max_clues]. One generator per
+    (seed, stream, index), so a data set does not depend on the worker count."""
     rng = np.random.default_rng([seed, stream, index])
-    puzzle, solution, rating = sudoku.generate_puzzle(rng, int(rng.integers(min_clues, max_clues + 1)))
+    return sudoku.generate_puzzle(rng, int(rng.integers(min_clues, max_clues + 1)))
+
+
+def _generate_one(job: tuple) -> tuple[str, str, int]:
+    puzzle, solution, rating = generate_one(*job)
     return sudoku.format_board(puzzle), sudoku.format_board(solution), rating
 
 

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 import sudoku
 from model import load_model
-from prepare_data import parse_args as data_args
+from prepare_data import generate_one, parse_args as data_args
 from sample import TAUS  # the paper's inference sweep
 from scripts.transfer_check import BUCKETS, bucket_name, exact_by_bucket, independent_twins
 from sudoku_decode import decode_boards
@@ -38,8 +38,8 @@ def fresh_puzzles(n: int, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]
     """{set name: (questions, answers)} as (n, 81) token ids; seeded apart from the training data's streams."""
     questions, answers = [], []
     for i in tqdm(range(n), desc="fresh puzzles", disable=None, leave=False):
-        rng = np.random.default_rng([seed, 1000, i])  # prepare_data uses [seed, split, i] with split < 3
-        puzzle, solution, _ = sudoku.generate_puzzle(rng, int(rng.integers(MIN_CLUES, MAX_CLUES + 1)))
+        # stream 1000: apart from the training data's splits (streams 0-2)
+        puzzle, solution, _ = generate_one(seed, 1000, i, MIN_CLUES, MAX_CLUES)
         questions.append(puzzle)
         answers.append(solution)
     own = (sudoku.digits_to_tokens(np.stack(questions)), sudoku.digits_to_tokens(np.stack(answers)))
