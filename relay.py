@@ -167,16 +167,15 @@ def _check_tokens(x0: torch.Tensor, maskable: torch.Tensor, mask_id: int, what: 
 
 
 def _check_values(bad: torch.Tensor, message: str) -> None:
-    """Raise when the 0-d bool tensor `bad` is True. On the CPU, eagerly: a ValueError. On a GPU, bool(bad)
+    """Raise when the 0-d bool tensor `bad` is True: eagerly a ValueError (CPU, MPS). On CUDA, bool(bad)
     would make the host wait for the device at every training step, and under torch.compile it breaks
-    the graph; there a device-side assert checks the same without a sync (a RuntimeError with this
-    message on the CPU; on CUDA a device-side assert error that ends the process at its next sync).
-    A training loop can check its whole data set once at load (the Sudoku trainer does)."""
-    if bad.device.type == "cpu" and not torch.compiler.is_compiling():
-        if bool(bad):
-            raise ValueError(message)
-    else:
-        torch._assert_async(~bad, message)
+    the graph; there a device-side assert checks the same without a sync (compiled on the CPU: a
+    RuntimeError with this message; on CUDA: a device-side assert error that ends the process at its
+    next sync). A training loop can check its whole data set once at load (the Sudoku trainer does)."""
+    if bad.device.type == "cuda" or torch.compiler.is_compiling():
+        torch._assert_async(~bad, message)  # kernels for CPU and CUDA only (not MPS)
+    elif bool(bad):
+        raise ValueError(message)
 
 
 def _check_state(h: torch.Tensor | None, tokens: torch.Tensor, what: str) -> None:

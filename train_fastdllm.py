@@ -482,6 +482,7 @@ def setup(cfg: TrainConfig) -> Run:
 
     # data
     rows = load_rows(cfg, tokenizer, master)
+    check_targets(rows, model.config.mask_token_id)
     if tokenizer.pad_token_id is None:
         raise SystemExit("train_fastdllm.py: the tokenizer has no pad token; Fast-dLLM v2 pads with <|endoftext|>")
     try:
@@ -504,6 +505,15 @@ def random_1p5b(use_relay: bool, seed: int, device: str) -> tuple:
     with torch.device(device if device.startswith("cuda") else "cpu"):
         model = make_tiny_fastdllm(use_relay=use_relay, seed=seed, **FAST_DLLM_V2_1_5B)
     return model, load_real_tokenizer()
+
+
+def check_targets(rows: list, mask_id: int) -> None:
+    """Once at load, a one-line error for a response token equal to the mask id: relay.py's per-step
+    check of the same is a device-side assert on CUDA (no host sync), which would end the process."""
+    for i, (ids, sup) in enumerate(rows):
+        if mask_id in ids and any(t == mask_id and s for t, s in zip(ids, sup)):
+            raise SystemExit(f"train_fastdllm.py: training row {i} has the mask token (id {mask_id}) in its response; "
+                             "remove it from the data (a target of [MASK] cannot be learned)")
 
 
 def load_resume(run: Run) -> int:

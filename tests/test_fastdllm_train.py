@@ -1,6 +1,7 @@
 """train_fastdllm.py: SFT noising and loss positions, the rollout objectives' gradient paths, the
 four objectives end to end, resume, and a 2-process DeepSpeed ZeRO-3 run (tiny random Qwen2, CPU)."""
 import copy
+import json
 import os
 import re
 import subprocess
@@ -443,3 +444,17 @@ def test_random_1p5b_uses_the_real_tokenizer_padding_and_saves_nothing(tmp_path,
             "--effective_batch=0", "--gradient_accumulation_steps=1", "--gradient_checkpointing=False", "--max_iters=1",
             "--save_interval=-1", f"--out_dir={tmp_path}/run2"])
     assert not os.path.exists(tmp_path / "run2")
+
+
+def test_a_mask_token_in_a_response_is_a_one_line_error_at_load(tmp_path, capsys):
+    """A response holding the mask token is refused once at load with one line (the per-step check in
+    relay.py is a device-side assert on CUDA, which would end the process instead). Fails with the
+    load check removed (checked: the run then trains on the row on the CPU until relay's ValueError)."""
+    os.chdir(ROOT)
+    data = tmp_path / "sft.jsonl"
+    rows = [{"prompt": f"What is {i} + 1?", "answer": f"{i + 1}."} for i in range(7)]
+    rows.append({"prompt": "Say the mask token.", "answer": "It is |<MASK>| here."})
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SystemExit, match=r"training row \d+ has the mask token \(id \d+\) in its response") as e:
+        _run(tmp_path / "run", f"--data={data}", "--max_iters=1", "--batch_size=2", "--effective_batch=0")
+    assert "\n" not in str(e.value)

@@ -151,3 +151,32 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     assert len(commands) == 22
     for cmd in commands:
         check_arguments(cmd)
+
+
+def test_parts_not_yet_run_go_before_failed_ones(tmp_path, monkeypatch):
+    """A part that failed is retried only after the parts that have not run yet, so one part failing
+    for good cannot take every later run's time. Fails with the plain plan order (checked)."""
+    counter = tmp_path / "runs.txt"
+    log = f"open({str(counter)!r}, 'a').write('{{}}\\n')"
+    fake_plan(monkeypatch, [
+        Part("bad", "Fails", lambda: [[PY, "-c", log.format("bad") + "; raise SystemExit(1)"]], 30, 1, r"."),
+        Part("fresh", "Passes", lambda: [[PY, "-c", log.format("fresh") + "; print('| ok |')"]], 30, 1, r"\| ok \|"),
+    ])
+    assert run(tmp_path, "--parts=bad") == 1
+    assert run(tmp_path) == 1
+    assert counter.read_text().split() == ["bad", "fresh", "bad"]
+
+
+def test_a_table1_run_resumes_only_while_unfinished(tmp_path):
+    """The Table 1 parts continue a run cut short (--resume=True) but start afresh over a finished one:
+    resuming a finished run trains nothing and prints no result, so the part could never pass again.
+    Fails when any checkpoint means resume (checked)."""
+    out = tmp_path / "relay_tied"
+    part = next(p for p in gpu_check.plan(False, str(tmp_path)) if p.name == "table1_relay")
+    flags = lambda: [a for a in part.commands()[-1] if a in ("--resume=True", "--overwrite=True")]  # noqa: E731
+    assert flags() == ["--overwrite=True"]  # nothing yet
+    out.mkdir()
+    (out / "ckpt.pt").write_bytes(b"")
+    for seconds, expected in ((60.0, "--resume=True"), (180.5, "--overwrite=True")):
+        (out / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "train_seconds": seconds}) + "\n")
+        assert flags() == [expected]
