@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Wheels for a GPU machine that has its own CUDA torch but no internet (docs/gpu.md).
 #
-#     bash scripts/gpu_wheels.sh            # -> gpu_wheels/*.whl (gitignored), ~15 MB
+#     bash scripts/gpu_wheels.sh            # -> gpu_wheels/*.whl (gitignored), 11 MB
 #
 # Run it here, where pip reaches PyPI, after `pip install -r requirements.txt`: each package is fetched
 # at the version installed here (the one the tests ran with), for CPython 3.12 on x86-64 Linux.
