@@ -113,7 +113,8 @@ def plan(smoke: bool, work: str) -> list[Part]:
 
     def memory() -> list[list[str]]:
         sizes = ["--init_from=tiny", "--seq_len=64", "--device=cpu"] if smoke else ["--init_from=random-1.5b", "--device=cuda"]
-        return [[PY, "bench/memory_profile.py", *sizes, f"--out={work}/memory_profile"]]
+        # beside report.md (not in work/), so the figure travels with the report
+        return [[PY, "bench/memory_profile.py", *sizes, f"--out={os.path.dirname(work)}/memory_profile"]]
 
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
@@ -147,7 +148,7 @@ def plan(smoke: bool, work: str) -> list[Part]:
         Part("fastdllm_train", "Fast-dLLM v2 1.5B shape: one ZeRO-3 step per objective", fastdllm_steps, 540, 300,
              r"iter 2:", keep=r"^iter \d+:|parameters"),
         Part("memory_profile", "Fast-dLLM v2 1.5B shape: training memory (Figure 3)", memory, 300, 120, r"^\| sft",
-             keep=r"^\||^device"),
+             keep=r"^\||^device", summarize=lambda w: "![memory_profile](memory_profile.png)"),
         Part("generate_speed", "Fast-dLLM v2 1.5B shape: decoding speed and caches", generate, 480, 180,
              r"\| uncached \|", keep=r"^\||relay carry cost|model, .*batch"),
     ]

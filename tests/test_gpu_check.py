@@ -40,7 +40,7 @@ def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     learn = json.loads((out / "learn.json").read_text())["summary"]
     rows = [line for line in learn.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 6 and all("-" not in line.split("|", 2)[2] for line in rows)  # every run logged every step
-    assert (out / "learn.png").exists() and (out / "relay_tied.png").exists()
+    assert all((out / f"{name}.png").exists() for name in ("learn", "relay_tied", "mlm_tied", "memory_profile"))
     fastdllm = "\n".join(json.loads((out / "fastdllm_train.json").read_text())["output"])
     assert fastdllm.count("iter 2:") == 2
     assert "| prefix cache | " in report and "| relay |" in report and "| sft |" in report
