@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 import relay
+from devices import uses_bf16
 from sudoku import DIGIT0, MASK, N_CELLS, count_violations_batch
 
 # (step, puzzle indices into `questions`, their boards after that forward, cells it committed)
@@ -33,15 +34,14 @@ def device_of(model: torch.nn.Module, fallback: torch.device) -> torch.device:
     return p.device if p is not None else fallback
 
 
+DTYPES = ("auto", "bfloat16", "float32")
+
+
 def autocast(device: torch.device, dtype: str = "auto"):
     """The decoding precision: "auto" = bf16 autocast on CUDA, fp32 elsewhere; "bfloat16" / "float32" on any device."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
-    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
-
-
-DTYPES = ("auto", "bfloat16", "float32")
+    return torch.autocast(device.type, dtype=torch.bfloat16) if uses_bf16(dtype, device.type) else nullcontext()
 
 
 def decode_boards(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,

@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from configurator import ConfigError, config_to_dict, load_config, print_config
-from devices import pick_device
+from devices import pick_device, uses_bf16
 from model import ModelConfig, SudokuTransformer
 import relay
 from relay import RolloutBuffer, draw_taus, mlm_loss, mlm_masking, rollout_loss
@@ -623,7 +623,7 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
         raise SystemExit(f"batch_size={cfg.batch_size} must be divisible by the {world} DDP processes")
     local_bs = cfg.batch_size // world
     device_type = device.split(":")[0]
-    use_bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device_type == "cuda")
+    use_bf16 = uses_bf16(cfg.dtype, device_type)
     amp = torch.autocast(device_type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
     if device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True

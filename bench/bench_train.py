@@ -35,6 +35,7 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import train_sudoku as ts  # noqa: E402
 from configurator import ConfigError, load_config  # noqa: E402
+from devices import uses_bf16  # noqa: E402
 from sudoku import MASK  # noqa: E402
 
 L, VOCAB = 81, 17  # Sudoku: 81 cells, 17 token ids
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         train_config(cfg, o)  # every setting checked before any work: one line, no traceback
     device = ts.pick_device(cfg.device)
     device_type = device.split(":")[0]
-    bf16 = cfg.dtype == "bfloat16" or (cfg.dtype == "auto" and device_type == "cuda")
+    bf16 = uses_bf16(cfg.dtype, device_type)
     name = torch.cuda.get_device_name(device) if device_type == "cuda" else f"{device}, {torch.get_num_threads()} threads"
     cuda_version = f" | CUDA {torch.version.cuda}" if device_type == "cuda" else ""
     print(f"device: {name} | torch {torch.__version__}{cuda_version} | {'bf16 autocast' if bf16 else 'fp32'} | "
