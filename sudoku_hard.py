@@ -60,13 +60,18 @@ def read_larsdoku(collections: tuple[str, ...] = LARSDOKU_COLLECTIONS) -> pd.Dat
     return pd.concat(frames, ignore_index=True)
 
 
+def top1465_questions() -> list[str]:
+    """The 1,465 puzzles as 81-character strings, parsed from larsdoku's top1465.py (never executed)."""
+    with open(larsdoku_file("top1465.py")) as f:
+        tree = ast.parse(f.read())
+    return next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and any(getattr(t, "id", "") == "TOP1465" for t in node.targets))
+
+
 @functools.lru_cache(maxsize=1)
 def read_top1465() -> pd.DataFrame:
     """Top1465 (a classic collection of hard puzzles) with the solutions this repository's solver finds."""
-    with open(larsdoku_file("top1465.py")) as f:
-        tree = ast.parse(f.read())
-    puzzles = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
-                   and any(getattr(t, "id", "") == "TOP1465" for t in node.targets))
+    puzzles = top1465_questions()
     questions = strings_to_digits(puzzles)
     answers, ratings = [], []
     for q in questions:

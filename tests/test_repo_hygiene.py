@@ -26,3 +26,30 @@ def test_no_file_cites_internal_notes_or_issue_numbers():
                     and "old relay.py" not in line:
                 hits.append(f"{path}:{n}: {line.strip()[:100]}")
     assert not hits, "\n".join(hits)
+
+
+def test_no_tracked_file_holds_larsdoku_puzzles():
+    """larsdoku is AGPL: its puzzles are read from the installed package, never copied into the tree.
+    Fails on a tracked file holding any Top1465 puzzle in either blank notation (checked by pasting one
+    into a test file). Skipped without the package."""
+    import sudoku_hard
+    try:
+        puzzles = sudoku_hard.top1465_questions()
+    except sudoku_hard.MissingPackage as e:
+        import pytest
+        pytest.skip(str(e))
+    wanted = set(puzzles) | {p.replace(".", "0") for p in puzzles}
+    # Peter Norvig's well-known example of a hard puzzle (his 2006 essay) is Top1465's first puzzle too;
+    # the repository uses it as his example, not as larsdoku's data
+    norvig = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
+    wanted -= {norvig, norvig.replace(".", "0")}
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    hits = []
+    for path in files:
+        try:
+            text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+        found = set(re.findall(r"[0-9.]{81}", text)) & wanted
+        hits += [f"{path}: {p}" for p in sorted(found)]
+    assert not hits, "\n".join(hits[:10])
