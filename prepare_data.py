@@ -5,6 +5,7 @@
     python prepare_data.py --source=hf                       # the paper's data set from the Hugging Face hub
     python prepare_data.py --source=file --path=my.csv       # your puzzles: CSV / parquet / JSONL / text, one puzzle a line
     python prepare_data.py --source=larsdoku --out_dir=data/sudoku-hard   # hard puzzles (pip install larsdoku, AGPL)
+    python prepare_data.py --hard --out_dir=data/sudoku-gen-hard         # license-free: the generator's hard mode
 
 Output (default data/sudoku/):
   {train,val,test}.npy      (N, 2, 81) uint8 question / answer digits, what training reads (sudoku_data.py)
@@ -70,6 +71,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--path", help="--source=file: CSV / parquet / JSONL / text file of puzzles")
     p.add_argument("--out_dir", default=DATA_DIR)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hard", action="store_true", help="generate: minimal puzzles that singles cannot finish, "
+                   "train multiplied by --augment symmetric copies (val and test: one per seed)")
+    p.add_argument("--augment", type=int, default=10, help="generate --hard: copies of each train seed (1 = none)")
     p.add_argument("--min_clues", type=int, default=17, help="generate: fewest clues; below ~22 a puzzle stops at minimal")
     p.add_argument("--max_clues", type=int, default=45, help="generate: most clues (targets are uniform in between)")
     p.add_argument("--n_train", type=int, help=f"default {DEFAULT_SIZES['train']} (generate) / all (hf, file)")
@@ -93,6 +97,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--source=file needs --path=<csv / parquet / jsonl / txt file>")
     if args.path and not os.path.isfile(args.path):
         p.error(f"--path={args.path}: no such file")
+    if args.hard and args.source != "generate":
+        p.error("--hard is a mode of --source=generate")
+    if args.augment < 1:
+        p.error("--augment must be >= 1")
     if args.derive_timeout <= 0 or args.workers < 1:
         p.error("--derive_timeout must be > 0 and --workers >= 1")
     return args
@@ -106,6 +114,8 @@ def _cache_key(args: argparse.Namespace) -> dict:
         key["collections"] = args.collections
     if args.source == "generate":
         key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.GENERATOR_VERSION)
+        if args.hard:
+            key.update(hard=True, augment=args.augment)
     if args.source == "hf":
         key["dataset"] = os.environ.get("RELAY_SUDOKU_HF_DATASET") or HUB_DATASET
     if args.source == "file":
@@ -242,8 +252,33 @@ def top1465_if_installed() -> pd.DataFrame | None:
         return None
 
 
+def generate_hard_splits(seed: int, sizes: dict[str, int], augment: int, workers: int) -> dict[str, pd.DataFrame]:
+    """Hard seeds (sudoku_hard.hard_seed) drawn per split from its own stream until there are enough:
+    val and test one puzzle per seed, train `augment` symmetric copies of each."""
+    frames = {}
+    for stream, split in enumerate(SPLITS):
+        copies = augment if split == "train" else 1
+        need, rows, start = -(-sizes[split] // copies), [], 0
+        while len(rows) < need:
+            jobs = [(seed, 100 + stream, i) for i in range(start, start + 2 * (need - len(rows)) + 16)]
+            start += len(jobs)
+            found = pool_map(sudoku_hard._hard_seed_job, jobs, workers, f"hard {split} seeds", chunksize=16)
+            rows += [r for r in found if r is not None]
+            if start > 50 * need + 1000 and len(rows) < need / 10:  # about 60% of minimal puzzles qualify
+                raise SystemExit(f"the hard generator found {len(rows)} hard seeds in {start} tries: a bug, not bad luck")
+        seeds = pd.DataFrame(rows[:need], columns=["question", "answer", "rating"])
+        frame = sudoku_hard.augment(seeds, copies, seed).iloc[:sizes[split]]
+        frame.insert(0, "source", f"generated-hard-seed{seed}")
+        frames[split] = frame.reset_index(drop=True)
+    return frames
+
+
 def generated_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]:
     sizes = {s: DEFAULT_SIZES[s] if getattr(args, f"n_{s}") is None else getattr(args, f"n_{s}") for s in SPLITS}
+    if args.hard:
+        splits = generate_hard_splits(args.seed, sizes, args.augment, args.workers)
+        return splits, [f"hard: minimal puzzles that singles cannot finish; train = {args.augment} symmetric copies "
+                        "of each seed, val and test one puzzle per seed"]
     splits, dups = generate_splits(args.seed, sizes, args.min_clues, args.max_clues, args.workers)
     return splits, [f"{dups} generated puzzles repeated an earlier one and were replaced"] if dups else []
 

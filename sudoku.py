@@ -306,6 +306,12 @@ def solve(digits) -> np.ndarray | None:
     return _to_digits(out[0]) if out else None
 
 
+def singles_solve(digits) -> bool:
+    """Do naked and hidden singles alone (no guessing, no pairs or fish) finish the puzzle?"""
+    cand = _initial(_as_board(digits).reshape(N_CELLS))
+    return cand is not None and all(not m & (m - 1) for m in cand)
+
+
 def rate(digits) -> int:
     """Difficulty: backtracks of this solver while proving the solution unique (0 = singles alone solve it).
 

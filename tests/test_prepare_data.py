@@ -469,3 +469,39 @@ def test_larsdoku_missing_is_one_line(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         P.main(["--source=larsdoku", "--out_dir=" + str(tmp_path / "x")])
     assert "pip install larsdoku" in str(e.value) and "AGPL" in str(e.value)
+
+
+def singles_finish(question: str) -> bool:
+    """Independent reference: Tim Vink's solver restricted to its two singles strategies."""
+    tim = S._tim_solver()
+    import sudoku_solver_tim.strategies as strategies
+    puzzle = tim.Puzzle.from_string(question)
+    return bool(puzzle.solve([strategies.single_candidates, strategies.single_position]))
+
+
+def test_singles_solve_agrees_with_tim_vinks_singles(puzzles):
+    rng = np.random.default_rng(9)
+    minimal = [sudoku.format_board(sudoku.remove_clues(rng, sudoku.random_grid(rng), 0)) for _ in range(12)]
+    sample = list(puzzles["question"][:12]) + minimal
+    verdicts = [sudoku.singles_solve(sudoku.parse_board(q)) for q in sample]
+    assert verdicts == [singles_finish(q) for q in sample]
+    assert any(verdicts) and not all(verdicts)  # the sample holds both kinds
+
+
+def test_hard_generator_makes_minimal_unsolvable_by_singles_and_augments_train(tmp_path):
+    out = str(tmp_path / "hard")
+    P.main(["--hard", "--augment=4", "--n_train=12", "--n_val=2", "--n_test=3", "--out_dir=" + out, "--workers=1"])
+    frames = {s: pd.read_parquet(os.path.join(out, f"{s}.parquet")) for s in D.SPLITS}
+    assert [len(frames[s]) for s in D.SPLITS] == [12, 2, 3]
+    for frame in frames.values():
+        for q, a in zip(frame["question"], frame["answer"]):
+            board = sudoku.parse_board(q).reshape(81)
+            assert not singles_finish(q) and sudoku.count_solutions(board) == 1
+            assert np.array_equal(sudoku.solve(board), sudoku.parse_board(a).reshape(81))
+            clues = np.flatnonzero(board)
+            assert all(sudoku.count_solutions(np.where(np.arange(81) == c, 0, board)) == 2 for c in clues)  # minimal
+    train = digits(frames["train"]["question"])
+    for seed in range(3):  # 4 copies of each seed, in order: all equivalent, and to no other seed's copies
+        group = train[4 * seed:4 * seed + 4]
+        assert all(Y.equivalent(group[0], g) for g in group[1:]) and len(set(F.digits_to_strings(group))) == 4
+        assert not Y.equivalent(group[0], train[(4 * seed + 4) % 12])
