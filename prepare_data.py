@@ -80,6 +80,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--n_val", type=int, help=f"default {DEFAULT_SIZES['val']} (file: at most a tenth)")
     p.add_argument("--n_test", type=int, help=f"default {DEFAULT_SIZES['test']} (hf: the whole test split; file: at most a tenth)")
     p.add_argument("--derive", action="store_true", help="add trajectory, num_steps, strategies_used with Tim Vink's solver")
+    p.add_argument("--derive_splits", default=",".join(SPLITS),
+                   help="--derive: which of train, val, test, top1465 (the hard corpus' train split takes days)")
     p.add_argument("--derive_timeout", type=float, default=10.0, help="seconds per puzzle before it counts as brute force")
     p.add_argument("--skip_invalid", action="store_true", help="drop bad rows (counted per reason) instead of stopping")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -101,6 +103,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--hard is a mode of --source=generate")
     if args.augment < 1:
         p.error("--augment must be >= 1")
+    args.derive_splits = [x.strip() for x in args.derive_splits.split(",") if x.strip()]
+    if not args.derive_splits or set(args.derive_splits) - {*SPLITS, "top1465"}:
+        p.error(f"--derive_splits: choose from train, val, test, top1465, got {','.join(args.derive_splits)}")
     if args.derive_timeout <= 0 or args.workers < 1:
         p.error("--derive_timeout must be > 0 and --workers >= 1")
     return args
@@ -122,6 +127,12 @@ def _cache_key(args: argparse.Namespace) -> dict:
         st = os.stat(args.path)
         key.update(path=os.path.abspath(args.path), size=st.st_size, mtime_ns=st.st_mtime_ns)
     return key
+
+
+def _derived_splits(meta: dict) -> set[str]:
+    """The splits that carry the solver fields (older meta.json files say True for all three)."""
+    derived = meta.get("derived")
+    return set(SPLITS) if derived is True else set(derived or ())
 
 
 def _read_meta(out_dir: str) -> dict | None:
@@ -396,18 +407,25 @@ def summarize(splits: dict[str, pd.DataFrame]) -> str:
         top = counts.max()
         for c in range(clues.min(), clues.max() + 1):
             lines.append(f"  {c:>2} clues {counts[c]:>7}  {'#' * int(round(40 * counts[c] / top))}")
-    if all("strategies_used" in f for f in splits.values()):
-        lines.append(f"{'split':<6} {'deduction_only':>14}  hardest strategy tier: " + " / ".join(TIERS)
+    return "\n".join(lines + cohort_lines(splits))
+
+
+def cohort_lines(frames: dict[str, pd.DataFrame]) -> list[str]:
+    """Per derived frame: deduction-only count, puzzles per hardest strategy tier, solver steps, failures."""
+    lines = []
+    derived = {split: frame for split, frame in frames.items() if "strategies_used" in frame}
+    if derived:
+        lines.append(f"{'split':<7} {'deduction_only':>14}  hardest strategy tier: " + " / ".join(TIERS)
                      + "   num_steps mean/max   not derived (timeout / stuck / error)")
-        for split, frame in splits.items():
+        for split, frame in derived.items():
             tiers = Counter(hardest_tier(v) for v in frame["strategies_used"])
             status = Counter(str(s).split(":")[0] for s in frame.get("derive_status", []))
             steps = frame["num_steps"].to_numpy(dtype=float) if len(frame) else np.zeros(1)
-            lines.append(f"{split:<6} {int(deduction_only_mask(frame).sum()):>14}  "
+            lines.append(f"{split:<7} {int(deduction_only_mask(frame).sum()):>14}  "
                          + " / ".join(str(tiers[t]) for t in TIERS)
                          + f"   {steps.mean():.1f} / {steps.max():.0f}"
                          + f"   {status['timeout']} / {status['stuck']} / {status['error']}")
-    return "\n".join(lines)
+    return lines
 
 
 # -----------------------------------------------------------------------------
@@ -420,30 +438,37 @@ def main(argv: list[str] | None = None) -> None:
     meta = _read_meta(args.out_dir)
     same_puzzles = meta is not None and meta.get("key") == key and not args.force
     have_arrays = all(os.path.exists(split_path(args.out_dir, s)) for s in SPLITS)
-    if same_puzzles and have_arrays and (meta["derived"] or not args.derive):
+    wanted = set(args.derive_splits) if args.derive else set()
+    if same_puzzles and have_arrays and wanted <= _derived_splits(meta):
         print(f"{args.out_dir}: reusing the data built on {meta['built']} with the same arguments "
               "(--force rebuilds it)")
         print(meta["summary"])
         return
     top1465 = None  # written only with freshly built splits
     if same_puzzles:  # only the derived columns, or the .npy files of an older prepare_data.py, are missing
-        adding = "the derived fields" if args.derive and not meta["derived"] else "the .npy files"
+        adding = "the derived fields" if not wanted <= _derived_splits(meta) else "the .npy files"
         print(f"{args.out_dir}: reusing the puzzles built on {meta['built']}, adding {adding}")
         splits = {s: pd.read_parquet(os.path.join(args.out_dir, f"{s}.parquet")) for s in SPLITS}
         notes = meta["notes"]
+        top_path = os.path.join(args.out_dir, "top1465.parquet")
+        if "top1465" in wanted and os.path.exists(top_path):
+            top1465 = pd.read_parquet(top_path)
     else:
         if meta is not None and meta.get("key") != key:
             print(f"{args.out_dir}: holds data built with other arguments (see its meta.json): rebuilding it")
         top1465 = top1465_if_installed()
         splits, notes = build(args, top1465)
-    derived = all({"trajectory", "num_steps", "strategies_used"} <= set(f.columns) for f in splits.values())
-    if args.derive and not derived:
-        for split in SPLITS:
-            splits[split] = derive(splits[split], args.workers, args.derive_timeout, f"deriving {split}")
-        derived = True
-    elif args.derive:
-        notes.append("the source already has trajectory / num_steps / strategies_used: kept as they are")
-    summary = "\n".join([*notes, summarize(splits)])
+    if "top1465" in wanted and top1465 is None:
+        raise SystemExit("--derive_splits=top1465: no Top1465 here; " + sudoku_hard.INSTALL)
+    frames = {**splits, **({"top1465": top1465} if top1465 is not None else {})}
+    for split in sorted(wanted, key=list(frames).index):
+        if not {"trajectory", "num_steps", "strategies_used"} <= set(frames[split].columns):
+            frames[split] = derive(frames[split], args.workers, args.derive_timeout, f"deriving {split}")
+        elif split in SPLITS and not same_puzzles:
+            notes.append(f"{split}: the source already has trajectory / num_steps / strategies_used: kept as they are")
+    splits, top1465 = {s: frames[s] for s in SPLITS}, frames.get("top1465")
+    derived = sorted(s for s, f in frames.items() if "strategies_used" in f)
+    summary = "\n".join([*notes, summarize(splits), *cohort_lines({"top1465": top1465} if top1465 is not None else {})])
     meta = {"key": key, "derived": derived, "notes": notes, "summary": summary,
             "built": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.time() - t0, 1)}
     _write_splits(splits, args.out_dir, meta, top1465)

@@ -374,7 +374,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
 def test_meta_records_arguments(data_dir):
     with open(os.path.join(data_dir, "meta.json")) as f:
         meta = json.load(f)
-    assert meta["key"]["seed"] == 3 and meta["key"]["n_train"] == 40 and meta["derived"] is False
+    assert meta["key"]["seed"] == 3 and meta["key"]["n_train"] == 40 and meta["derived"] == []
 
 
 # -----------------------------------------------------------------------------
@@ -505,3 +505,20 @@ def test_hard_generator_makes_minimal_unsolvable_by_singles_and_augments_train(t
         group = train[4 * seed:4 * seed + 4]
         assert all(Y.equivalent(group[0], g) for g in group[1:]) and len(set(F.digits_to_strings(group))) == 4
         assert not Y.equivalent(group[0], train[(4 * seed + 4) % 12])
+
+
+def test_derive_only_the_chosen_splits_and_top1465(tmp_path, monkeypatch, capsys):
+    fake_larsdoku(tmp_path, monkeypatch, classes=1, copies=1, top_puzzles=2)  # only its Top1465 stand-in is used
+    out = str(tmp_path / "out")
+    args = ["--out_dir=" + out, "--n_train=6", "--n_val=2", "--n_test=3", "--workers=1", "--derive",
+            "--derive_splits=test,top1465"]
+    try:
+        P.main(args)
+        P.main(args)  # the same request again is a cache hit
+    finally:
+        sudoku_hard.read_top1465.cache_clear()
+    frames = {s: pd.read_parquet(os.path.join(out, f"{s}.parquet")) for s in (*D.SPLITS, "top1465")}
+    assert "strategies_used" in frames["test"] and "strategies_used" in frames["top1465"]
+    assert "strategies_used" not in frames["train"] and "strategies_used" not in frames["val"]
+    text = capsys.readouterr().out
+    assert "reusing the data built" in text and "top1465 " in text and "deduction_only" in text
