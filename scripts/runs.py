@@ -91,11 +91,12 @@ def changed_args(old: list[str], new: list[str]) -> dict[str, tuple[str | None, 
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def is_extension(changes: dict[str, tuple[str | None, str | None]]) -> bool:
-    """Only the budget changed, and it grew: the run can be resumed to the new budget."""
+def is_extension(changes: dict[str, tuple[str | None, str | None]], finished: bool = True) -> bool:
+    """Only the budget changed, and it grew (or the run has not finished: then it may also shrink, and
+    the run resumes to the new budget, as train_sudoku.py allows)."""
     def grew(old, new) -> bool:
         try:
-            return float(new) >= float(old)
+            return float(new) >= float(old) or not finished
         except (TypeError, ValueError):
             return False
     return bool(changes) and all(k in BUDGET_KEYS and grew(*v) for k, v in changes.items())
@@ -105,7 +106,8 @@ def train(objective: str, out_dir: str, seed: int, args: list[str], replace: boo
     """Train one run into out_dir; returns out_dir. Never deletes a run unless replace=True:
     - a run finished with the same command is skipped;
     - one interrupted (killed, out of session time) resumes from its last checkpoint;
-    - one whose command differs only by a larger budget (--max_minutes / --max_iters) is resumed to it;
+    - one whose command differs only by a larger budget (--max_minutes / --max_iters), or an unfinished one
+      by any budget, is resumed to it;
     - any other run there (another command's, or one this driver did not start) stops the driver with one
       line naming the differing arguments; replace=True deletes it and trains afresh."""
     cmd = [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
@@ -118,7 +120,7 @@ def train(objective: str, out_dir: str, seed: int, args: list[str], replace: boo
     if previous is not None and not changes and os.path.exists(done):
         print(f"{out_dir}: already trained with the same command, skipped")
         return out_dir
-    conflict = (previous is None and holds_run) or (bool(changes) and not is_extension(changes))
+    conflict = (previous is None and holds_run) or (bool(changes) and not is_extension(changes, os.path.exists(done)))
     if conflict and not replace:
         what = ("holds a run this driver did not start" if previous is None else "holds a run of another command ("
                 + "; ".join(f"{k}: {old} -> {new}" for k, (old, new) in changes.items()) + ")")

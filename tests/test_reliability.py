@@ -452,6 +452,10 @@ def test_runs_train_extends_budgets_and_never_deletes_a_run_without_replace(tmp_
     open(os.path.join(out, "metrics.jsonl"), "w").write('{"step": 1}\n')
     runs.train("mlm", out, 1, ["--max_minutes=30"])
     assert calls[-1] == ["--max_minutes=30", "--overwrite=True"]
+    # an unfinished run may also shrink its budget (bug checked: the finished-run rule applied to it)
+    os.remove(os.path.join(out, "DONE.json"))
+    runs.train("mlm", out, 1, ["--max_minutes=20"])
+    assert calls[-1] == ["--max_minutes=20", "--resume=True"]
     # a run this driver did not start is not touched
     other = tmp_path / "manual"
     other.mkdir()
