@@ -62,6 +62,18 @@ def even_budgets(curves: list[list[Point]], k: int = 5) -> list[float]:
     return [lo + (hi - lo) * i / (k - 1) for i in range(k)] if k > 1 and hi > lo else [lo]
 
 
+def across_seeds(seeds: list[list[Point]], budget: float) -> tuple[float, float] | None:
+    """(mean accuracy over seeds, spread) at an NFE budget, or None if a seed's curve does not reach it.
+    The spread is the sample s.d. over seeds, or, with one seed, its binomial s.e."""
+    values = [accuracy_at(curve, budget) for curve in seeds]
+    if not values or any(v is None for v in values):
+        return None
+    mean = sum(v[0] for v in values) / len(values)
+    if len(values) == 1:
+        return mean, values[0][1]
+    return mean, math.sqrt(sum((v[0] - mean) ** 2 for v in values) / (len(values) - 1))
+
+
 def compare(curves: dict[str, list[Point]], budgets: tuple[float, ...] | list[float]) -> str:
     """Markdown: accuracy ± s.e. of each curve at each budget ("outside" where a curve does not reach it),
     then, for exactly two curves, the difference (second minus first) ± its s.e."""
@@ -91,13 +103,8 @@ def plot(curves: dict[str, list[list[Point]]], colors: dict[str, str], ax, budge
             ax.plot([p.nfe for p in curve], [100 * p.acc for p in curve], "o", color=color, markersize=3, alpha=0.6)
         if not grid:
             continue
-        at = [[accuracy_at(curve, b) for curve in seeds] for b in grid]
-        mean = [100 * sum(v[0] for v in vals) / len(vals) for vals in at]
-        if len(seeds) > 1:
-            spread = [100 * math.sqrt(sum((v[0] - m / 100) ** 2 for v in vals) / (len(vals) - 1))
-                      for vals, m in zip(at, mean)]
-        else:
-            spread = [100 * vals[0][1] for vals in at]
+        at = [across_seeds(seeds, b) for b in grid]
+        mean, spread = [100 * m for m, _ in at], [100 * s for _, s in at]
         label = f"{name} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
         ax.plot(grid, mean, "-", color=color, label=label)
         ax.fill_between(grid, [m - s for m, s in zip(mean, spread)], [m + s for m, s in zip(mean, spread)],

@@ -35,3 +35,11 @@ def test_compare_table_with_difference():
     assert rows[2] == "| MLM | 40.0% ± 4.9 | outside |"  # sqrt(.4 * .6 / 100) = 0.049
     assert rows[3] == "| Relay | 65.0% ± 2.4 | 77.5% ± 2.1 |"  # 0.3 + 0.4 * 7 / 8; sqrt(.65 * .35 / 400)
     assert rows[4] == "| Relay − MLM | +25.0 ± 5.4 | – |"  # hypot(4.90, 2.38)
+
+
+def test_across_seeds_mean_and_spread():
+    other = [F.Point(nfe=10.0, acc=0.40, n=100), F.Point(nfe=20.0, acc=0.80, n=100)]
+    mean, sd = F.across_seeds([MLM, other], 15.0)  # 0.40 and 0.60
+    assert math.isclose(mean, 0.50) and math.isclose(sd, math.sqrt(0.02))
+    assert F.across_seeds([MLM, RELAY], 22.0) is None  # MLM's curve ends at 20
+    assert F.across_seeds([MLM], 15.0) == F.accuracy_at(MLM, 15.0)

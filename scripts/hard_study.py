@@ -1,0 +1,162 @@
+"""The CPU Table 1 on hard Sudoku: every finished run of the four objectives evaluated on hard and easy
+puzzles, Table 1's columns at τ = 0.15 with seeds, and the accuracy-NFE frontier at matched NFE.
+
+    python prepare_data.py --source=larsdoku --out_dir=data/sudoku-hard --derive --derive_splits=top1465
+    python scripts/budget_study.py --iters=1500 --eval_interval=250 --objectives=mlm --seed=1,2,3 \\
+        --runs=runs/hard --data_dir=data/sudoku-hard --train_args="--eval_puzzles=300"      # and relay, ...
+    python scripts/hard_study.py --runs=runs/hard --data_dir=data/sudoku-hard --easy_data_dir=data/sudoku
+
+Evaluation sets: Top1465 (a classic hard collection, never trained on: prepare_data.py drops its
+symmetric copies from train and val), the hard test split, Top1465's deduction-only cohort (Tim
+Vink's solver finishes it without brute force, using pairs or fish: the paper's cohort rule), and
+the easy generated mix (--easy_data_dir). Each (run, set) is one `sample.py` call whose JSON is kept
+in --out, so an interrupted study resumes; finished runs only (DONE.json from the driver).
+Outputs in --out: hard_study.md (the tables) and hard_study.png (the frontier, one panel per set).
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import frontier  # noqa: E402
+import sudoku_report  # noqa: E402
+from scripts import runs  # noqa: E402
+
+TAUS = (0.01, 0.02, 0.05, 0.10, 0.15, 0.25)  # the paper's sweep, widened below: hard puzzles need more passes
+HEADLINE_TAU = 0.15
+RUN_NAME = re.compile(r"^(mlm|rollout|relay_sg|relay)(?:_cold)?_s(\d+)$")
+
+
+def finished_runs(run_dir: str) -> dict[str, list[tuple[int, str]]]:
+    """{objective: [(seed, run path)]} of the runs the driver finished (DONE.json), in objective order."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+        m = RUN_NAME.match(name)
+        path = os.path.join(run_dir, name)
+        if m and os.path.exists(os.path.join(path, "DONE.json")):
+            found.setdefault(m.group(1), []).append((int(m.group(2)), path))
+    return {o: sorted(found[o]) for o in runs.OBJECTIVES if o in found}
+
+
+def eval_sets(args: argparse.Namespace) -> dict[str, list[str]]:
+    """{set name: sample.py arguments}; a set whose data is missing is left out with a note."""
+    top = os.path.join(args.data_dir, "top1465.parquet")
+    sets = {"Top1465": [f"--data={top}", f"--n={args.n}"],
+            "hard test split": ["--data=test", f"--data_dir={args.data_dir}", f"--n={args.n}"],
+            "Top1465 deduction-only": [f"--data={top}", "--cohort=deduction_only", "--n=0"],
+            "easy mix": ["--data=test", f"--data_dir={args.easy_data_dir}", f"--n={args.n}"]}
+    need = {"Top1465": top, "hard test split": os.path.join(args.data_dir, "test.npy"),
+            "Top1465 deduction-only": top, "easy mix": os.path.join(args.easy_data_dir, "test.npy")}
+    for name, path in need.items():
+        if not os.path.exists(path):
+            print(f"{name}: {path} not found, left out")
+            sets.pop(name)
+    if "Top1465 deduction-only" in sets:
+        import pyarrow.parquet as pq
+        if "strategies_used" not in pq.read_schema(top).names:
+            print(f"Top1465 deduction-only: {top} has no solver fields (prepare_data.py --derive "
+                  "--derive_splits=top1465), left out")
+            sets.pop("Top1465 deduction-only")
+    return sets
+
+
+def evaluate(run: str, name: str, sample_args: list[str], out_dir: str, taus: tuple[float, ...]) -> dict:
+    """One run on one set: the cohort's results by τ key, from a kept JSON or a fresh sample.py call."""
+    path = os.path.join(out_dir, os.path.basename(run), re.sub(r"\W+", "_", name).strip("_") + ".json")
+    if not os.path.exists(path):
+        runs.sh([sys.executable, "sample.py", f"--ckpt={run}", f"--taus={','.join(f'{t:g}' for t in taus)}",
+                 f"--out={path}.tmp", "--device=cpu", *sample_args])
+        os.replace(path + ".tmp", path)
+    with open(path) as f:
+        entry = json.load(f)["checkpoints"][0]["results"]
+    return next(iter(entry.values()))
+
+
+def curve(results: dict) -> list[frontier.Point]:
+    """The τ sweep as frontier points, NFE per puzzle at batch 1 (Table 1's count)."""
+    return [frontier.Point(nfe=m.get("batch1_nfe", m["mean_nfe"]), acc=m["exact_match"], n=m["n"])
+            for m in results.values()]
+
+
+def table(results: dict[str, dict[str, list[dict]]], tau: float) -> str:
+    """Per set and objective: seeds, then mean ± s.d. over seeds of Table 1's columns at τ."""
+    cols = [("exact_match", 100, "exact (%)"), ("batch1_nfe", 1, "NFE per puzzle"), ("legal_rate", 100, "legal (%)"),
+            ("violations_final", 1, "violations, final board"), ("violating_snapshots", 1, "violating snapshots")]
+    lines = ["| puzzles | objective | seeds | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (3 + len(cols))]
+    for name, by_objective in results.items():
+        for objective, seeds in by_objective.items():
+            at = [s[sudoku_report.tau_key(tau)] for s in seeds]
+            n = at[0]["n"]
+            cells = [sudoku_report._fmt([m[key] for m in at], scale, 1 if scale == 100 else 2) for key, scale, _ in cols]
+            lines.append(f"| {name} (n = {n}) | {sudoku_report.OBJECTIVE_NAMES[objective]} | {len(seeds)} | "
+                         + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def matched(results: dict[str, dict[str, list[dict]]], k: int = 4) -> str:
+    """Per set: accuracy of each objective at k NFE budgets spread over the range every seed covers."""
+    lines = []
+    for name, by_objective in results.items():
+        seeds = {o: [curve(s) for s in runs_of] for o, runs_of in by_objective.items()}
+        budgets = frontier.even_budgets([c for cs in seeds.values() for c in cs], k)
+        if not budgets:
+            lines.append(f"\n{name}: the curves share no NFE range")
+            continue
+        lines += [f"\n**{name}**: exact match (%) at matched NFE per puzzle (mean over seeds ± s.d. over seeds; "
+                  "one seed: ± binomial s.e.)", "",
+                  "| objective | " + " | ".join(f"NFE {b:.1f}" for b in budgets) + " |", "|" + "---|" * (1 + len(budgets))]
+        for objective, cs in seeds.items():
+            cells = []
+            for b in budgets:
+                v = frontier.across_seeds(cs, b)
+                cells.append("outside" if v is None else f"{100 * v[0]:.1f} ± {100 * v[1]:.1f}")
+            lines.append(f"| {sudoku_report.OBJECTIVE_NAMES[objective]} ({len(cs)}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict[str, list[dict]]], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(results), figsize=(4.6 * len(results), 4.0), squeeze=False)
+    colors = {sudoku_report.OBJECTIVE_NAMES[o]: c for o, c in sudoku_report.OBJECTIVE_COLORS.items()}
+    for ax, (name, by_objective) in zip(axes[0], results.items()):
+        curves = {sudoku_report.OBJECTIVE_NAMES[o]: [curve(s) for s in seeds] for o, seeds in by_objective.items()}
+        frontier.plot(curves, colors, ax)
+        ax.set_title(name)
+    fig.suptitle(f"exact match against NFE per puzzle over τ ∈ {{{', '.join(f'{t:g}' for t in TAUS)}}}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--runs", default="runs/hard")
+    p.add_argument("--data_dir", default="data/sudoku-hard")
+    p.add_argument("--easy_data_dir", default="data/sudoku")
+    p.add_argument("--n", type=int, default=500, help="first n puzzles of each set (the deduction-only cohort: all)")
+    p.add_argument("--out", default="", help="results directory (default: <runs>/study)")
+    args = p.parse_args(argv)
+    out = args.out or os.path.join(args.runs, "study")
+    found = finished_runs(args.runs)
+    if not found:
+        raise SystemExit(f"no finished runs in {args.runs}: train them first (see this script's docstring)")
+    results: dict[str, dict[str, list[dict]]] = {}
+    for name, sample_args in eval_sets(args).items():
+        for objective, seeds in found.items():
+            results.setdefault(name, {})[objective] = [evaluate(run, name, sample_args, out, TAUS) for _, run in seeds]
+    text = (f"Table 1's columns at τ = {HEADLINE_TAU:g} (mean ± s.d. over seeds)\n\n{table(results, HEADLINE_TAU)}\n"
+            + matched(results))
+    print("\n" + text)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "hard_study.md"), "w") as f:
+        f.write(text + "\n")
+    plot(results, os.path.join(out, "hard_study.png"))
+    print(f"wrote {out}/hard_study.md and hard_study.png")
+
+
+if __name__ == "__main__":
+    main()
