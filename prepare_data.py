@@ -250,8 +250,9 @@ def _drop_overlap(splits: dict[str, pd.DataFrame], held_out: pd.DataFrame | None
                          f"puzzle{' or of Top1465' if held_out is not None else ''}")
         keep = ~(repeated | copy)
         splits[split] = frame[keep].reset_index(drop=True)
-        for key, board in zip(np.array(keys, dtype=object)[keep], boards[keep]):
-            later[key].append(board)
+        if split != SPLITS[0]:  # nothing comes before train: its puzzles need not be remembered
+            for key, board in zip(np.array(keys, dtype=object)[keep], boards[keep]):
+                later[key].append(board)
     return notes
 
 
