@@ -522,3 +522,21 @@ def test_derive_only_the_chosen_splits_and_top1465(tmp_path, monkeypatch, capsys
     assert "strategies_used" not in frames["train"] and "strategies_used" not in frames["val"]
     text = capsys.readouterr().out
     assert "reusing the data built" in text and "top1465 " in text and "deduction_only" in text
+
+
+def test_hub_train_loses_raw_and_symmetric_copies_of_test_puzzles(puzzles, tmp_path, monkeypatch, capsys):
+    """A hub whose train split repeats a test puzzle, once as it is and once transformed: neither stays
+    in train (bug checked: the raw-string check alone keeps the transformed copy)."""
+    test = puzzles.iloc[30:][["question", "answer"]]
+    copy = transformed(test["question"].iloc[0], test["answer"].iloc[0], seed=3)
+    planted = pd.DataFrame([list(test.iloc[1]), list(copy)], columns=["question", "answer"])
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    pd.concat([planted, puzzles.iloc[:20][["question", "answer"]]], ignore_index=True).to_parquet(hub / "train.parquet")
+    test.to_parquet(hub / "test.parquet")
+    monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(hub))
+    out = str(tmp_path / "out")
+    P.main(["--source=hf", "--out_dir=" + out, "--n_val=4"])
+    splits = all_questions(out)
+    assert len(splits["train"]) == 16 and not {copy[0], test["question"].iloc[1]} & splits["train"]
+    assert splits["test"] == set(test["question"])
