@@ -4,7 +4,7 @@ exported: exact match and mean NFE on committed puzzle sets are pinned.
 
     python -m pytest tests/test_reference_models.py -q
     python -m pytest tests/test_reference_models.py --device=cuda   # the same pins on a GPU (fp32)
-    python tests/test_reference_models.py --write     # re-pin after exporting new reference models
+    python tests/test_reference_models.py --write hard_relay   # re-pin a model after exporting it anew
     python tests/test_reference_models.py --compare --device=cuda   # pins vs fp32 and bf16 there, a table
 
 The puzzles are committed, so a generator change cannot move the pins: the easy pair decodes
@@ -102,9 +102,9 @@ def test_weights_file_errors_are_one_line(tmp_path):
         assert path in str(e.value) and "\n" not in str(e.value)
 
 
-def write() -> None:
-    """Re-pin every model (the easy puzzle file was made by an earlier quick start and stays as it is;
-    the hard one is made here once, if missing)."""
+def write(names: list[str]) -> None:
+    """Pin the named models, or those without a pin (the easy puzzle file was made by an earlier quick
+    start and stays as it is; the hard one is made here once, if missing)."""
     if not os.path.exists(HARD_PUZZLES):
         import quickstart
         q, a = quickstart.fresh_hard(100, seed=7)
@@ -112,10 +112,12 @@ def write() -> None:
             f.write("# puzzle set, question (81 cells, '.' blank), solution: quickstart.fresh_hard(100, seed=7)\n")
             for qi, ai in zip(q, a):
                 f.write(f"fresh_hard {format_board(tokens_to_digits(qi))} {format_board(tokens_to_digits(ai))}\n")
-    pins = {name: measure(name) for name in MODELS}
+    pins = json.load(open(PINS)) if os.path.exists(PINS) else {"tau": TAU}
+    for name in names or [m for m in MODELS if m not in pins]:
+        pins[name] = measure(name)
+        print(name, json.dumps(pins[name]))
     with open(PINS, "w") as f:
-        json.dump({"tau": TAU, **pins}, f, indent=1)
-    print(json.dumps(pins, indent=1))
+        json.dump(pins, f, indent=1)
 
 
 def compare(device: str) -> None:
@@ -131,9 +133,10 @@ def compare(device: str) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args == ["--write"]:
-        write()
+    if args[:1] == ["--write"] and set(args[1:]) <= set(MODELS):
+        write(args[1:])
     elif args[:1] == ["--compare"] and len(args) <= 2:
         compare(args[1].removeprefix("--device=") if len(args) == 2 else "cpu")
     else:
-        raise SystemExit("usage: python tests/test_reference_models.py --write | --compare [--device=cuda]")
+        raise SystemExit("usage: python tests/test_reference_models.py --write [MODEL ...] | --compare [--device=cuda]"
+                         f" (models: {', '.join(MODELS)}; --write alone pins those without a pin)")
