@@ -6,6 +6,7 @@ exported: exact match and mean NFE on committed puzzle sets are pinned.
     python -m pytest tests/test_reference_models.py --device=cuda   # the same pins on a GPU (fp32)
     python tests/test_reference_models.py --write hard_relay   # re-pin a model after exporting it anew
     python tests/test_reference_models.py --compare --device=cuda   # pins vs fp32 and bf16 there, a table
+    python tests/test_reference_models.py --compare relay           # one model (the CPU smoke check's choice)
 
 The puzzles are committed, so a generator change cannot move the pins: the easy pair decodes
 tests/data/reference_puzzles.txt (100 from sudoku.generate_puzzle and 100 twins on independently
@@ -120,11 +121,11 @@ def write(names: list[str]) -> None:
         json.dump(pins, f, indent=1)
 
 
-def compare(device: str) -> None:
+def compare(device: str, names: list[str]) -> None:
     """The pins (CPU, fp32) next to this device's fp32 and bf16 autocast decoding, as a Markdown table."""
     pins = json.load(open(PINS))
     print(f"\n| model | puzzles | pinned: solved / NFE | {device} fp32 | {device} bf16 |\n|---|---|---|---|---|")
-    for name in MODELS:
+    for name in names or MODELS:
         runs = [pins[name], measure(name, device, "float32"), measure(name, device, "bfloat16")]
         for which in pins[name]:
             cells = [f"{r[which]['exact']} / {r[which]['mean_nfe']:.2f}" for r in runs]
@@ -135,8 +136,12 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     if args[:1] == ["--write"] and set(args[1:]) <= set(MODELS):
         write(args[1:])
-    elif args[:1] == ["--compare"] and len(args) <= 2:
-        compare(args[1].removeprefix("--device=") if len(args) == 2 else "cpu")
+    elif args[:1] == ["--compare"]:
+        devices = [a.removeprefix("--device=") for a in args[1:] if a.startswith("--device=")]
+        names = [a for a in args[1:] if not a.startswith("--device=")]
+        if len(devices) > 1 or set(names) - set(MODELS):
+            raise SystemExit(f"usage: --compare [--device=D] [MODEL ...] (models: {', '.join(MODELS)})")
+        compare(devices[0] if devices else "cpu", names)
     else:
-        raise SystemExit("usage: python tests/test_reference_models.py --write [MODEL ...] | --compare [--device=cuda]"
+        raise SystemExit("usage: python tests/test_reference_models.py --write [MODEL ...] | --compare [--device=D] [MODEL ...]"
                          f" (models: {', '.join(MODELS)}; --write alone pins those without a pin)")
