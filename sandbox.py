@@ -149,6 +149,8 @@ import ctypes, fcntl, json, os, re, signal, socket, struct, sys
 CLONE_NEW = 0x10000000 | 0x20000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000 | 0x02000000  # user mount pid net ipc uts cgroup
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
+UNSHARE_HINTS = {1: " (user namespaces restricted: kernel.unprivileged_userns_clone, AppArmor, or a container's seccomp)",
+                 28: " (user.max_user_namespaces is 0 or reached)"}  # EPERM, ENOSPC
 PROGRAM_ID_AS_ROOT = 65534  # nobody: a root harness's programs run as this uid/gid on the host
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -315,10 +317,9 @@ def main():
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)
         os.close(ready_r)
         os.close(go_w)
-        try:
-            call("unshare (user namespaces not allowed here?)", libc.unshare(CLONE_NEW))
-        except Failed as e:
-            fail(e)
+        if libc.unshare(CLONE_NEW) != 0:
+            errno = ctypes.get_errno()
+            fail(f"cannot create namespaces: {os.strerror(errno)}" + UNSHARE_HINTS.get(errno, ""))
         os.write(ready_w, b"u")
         if os.read(go_r, 1) != b"g":
             os._exit(125)  # the parent could not write the id maps and says why
@@ -457,7 +458,7 @@ def _namespaces_problem() -> str:
             code, err = _try_trivial_program(_namespaces_argv(d, [sys.executable, "-I", "-c", "pass"], {}))
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"the namespace launcher does not start: {e}"
-    return "" if code == 0 else _last_line(err, code)
+    return "" if code == 0 else _last_line(err, code).removeprefix("namespaces: ")
 
 
 MODES = ("auto", "bwrap", "namespaces", "unsafe")

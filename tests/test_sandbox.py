@@ -431,3 +431,18 @@ def test_namespaces_programs_run_as_an_unprivileged_user():
     assert [int(x) for x in status["Uid"].split()] == [expected] * 4
     if os.geteuid() == 0:
         assert [int(x) for x in status["Gid"].split()] == [65534] * 4 and status["Groups"].split() == []
+
+
+def test_namespaces_mode_says_why_it_cannot_start():
+    """Where user namespaces are off, the namespaces mode's reason is one exact line (what auto prints and
+    what --sandbox=namespaces stops with). Made real with util-linux unshare: inside a user namespace whose
+    user.max_user_namespaces is 0. Checked: fails with the jail's "namespaces: " prefix left in the
+    reason (printed twice), and without the errno hint."""
+    setup = "echo 0 > /proc/sys/user/max_user_namespaces"
+    if not shutil.which("unshare") or subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", setup],
+                                                     capture_output=True).returncode != 0:
+        pytest.skip("needs util-linux unshare and a user namespace whose limits can be set")
+    probe = "import sandbox\nprint(repr(sandbox.mode_problem('namespaces')))"
+    p = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", f'{setup} && exec "$0" -c "$1"', sys.executable, probe],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == repr("cannot create namespaces: No space left on device (user.max_user_namespaces is 0 or reached)"), p.stderr
