@@ -516,7 +516,7 @@ def isolation_mode(requested: str = "auto") -> str:
 
 def describe_mode(mode: str) -> str:
     if mode == "bwrap":
-        return ("bwrap: own user/PID/network/mount/IPC namespaces, no capabilities, empty environment, read-only "
+        return ("bwrap: own PID/network/mount/IPC namespaces, no capabilities, empty environment, read-only "
                 "/usr and Python, private /tmp and working directory (see docs/sandbox.md)")
     if mode == "namespaces":
         return ("namespaces (no bwrap needed): own user/PID/network/mount/IPC namespaces, an unprivileged uid, "
