@@ -16,8 +16,12 @@ Objectives (docs/fastdllm.md, "Training objectives"):
 Outputs: out_dir/ckpt-<step>/ (config.json + model.safetensors + tokenizer, loadable with
 fastdllm_model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
 optimizer, step, per-rank RNG, data position and rollout buffer for --resume=True (layout:
-docs/reference.md, "Checkpoints and resume"). The code reads setup -> train_step -> save; one process,
-DDP and DeepSpeed differ only in TorchBackend / DeepSpeedBackend.
+docs/reference.md, "Checkpoints and resume"); out_dir/metrics.jsonl one record per logged step. The run
+directory follows train_sudoku.py's rules through run_dir.py (docs/reliability.md): a fresh run never
+starts over another (--overwrite=True to replace one), rank 0 holds out_dir locked, a resume refuses
+changed hyperparameters (--allow_config_change=True to accept and record them) and verifies the sha256
+of every file of resume/. The code reads setup -> train_step -> save; one process, DDP and DeepSpeed
+differ only in TorchBackend / DeepSpeedBackend.
 """
 import math
 import os
