@@ -13,8 +13,8 @@ Config: the TrainConfig fields below (preset files + --key=value, see configurat
 saved), validation by confidence decoding at tau=0.15 every eval_interval steps, atomic checkpoints
 that hold everything needed to resume bit-exactly on CPU. A run holds out_dir locked, never starts
 afresh over another run (--overwrite=True to replace one), refuses changed hyperparameters on resume
-(--allow_config_change=True to accept and record them) and checks its checkpoint's sha256: see
-docs/reliability.md.
+(--allow_config_change=True to accept and record them) and checks its checkpoint's sha256: the rules
+of run_dir.py, shared with train_fastdllm.py (docs/reliability.md).
 """
 import copy
 import json
