@@ -27,6 +27,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -198,8 +199,9 @@ class Batches:
 
     def load_state_dict(self, s: dict) -> None:
         if "epoch" in s:  # resume/ of the loader before run_dir.BatchOrder: (epoch, position in this rank's share)
-            print("resume: the data position was saved by an older loader; continuing at the same epoch and "
-                  "fraction of it in the new order (not the same rows as an uninterrupted run)")
+            if self.rank == 0:
+                print("resume: the data position was saved by an older loader; continuing at the same epoch and "
+                      "fraction of it in the new order (not the same rows as an uninterrupted run)")
             self.pos = s["epoch"] * len(self.rows) + s["pos"] * self.world
         else:
             self.pos = s["pos"]
@@ -546,7 +548,7 @@ def check_resume(cfg: TrainConfig) -> dict | None:
     manifest = run_dir.read_manifest(resume_dir(cfg))
     if manifest is None:
         print(f"warning: {resume_dir(cfg)} has no {run_dir.MANIFEST} (written before checksums were added); its files "
-              "are not verified")
+              "are not verified", file=sys.stderr)
         return None
     world = int(os.environ.get("WORLD_SIZE", 1))
     if manifest["world"] != world:

@@ -213,8 +213,9 @@ def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, caps
     os.remove(tmp_path / "b" / "resume" / "manifest.json")
     capsys.readouterr()
     _run(tmp_path / "b", "--objective=rollout", "--max_iters=3", "--save_interval=0", "--resume=True")
-    log = capsys.readouterr().out
-    assert "at step 2" in log and _losses(log) == straight[2:] and "are not verified" in log
+    captured = capsys.readouterr()
+    log = captured.out
+    assert "at step 2" in log and _losses(log) == straight[2:] and "are not verified" in captured.err
 
 
 def test_configs_load_and_errors_are_one_line(tmp_path):
