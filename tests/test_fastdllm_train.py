@@ -199,9 +199,11 @@ def test_resume_continues_the_run_exactly(tmp_path, capsys, device):
 
 
 def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, capsys):
-    """resume/state.pt once stored the step as "iter_num", and resume/ had no manifest.json; such a
-    directory still resumes exactly, with a warning that its files are not verified. Checked: fails
-    with KeyError when resumed_step reads only "step", and when a missing manifest is refused."""
+    """resume/ as written before run_dir.py: state.pt stored the step as "iter_num", there was no
+    manifest.json, and the rank file held the data position as (epoch, position in the rank's share).
+    Such a directory still resumes exactly, with a warning that its files are not verified. Checked:
+    fails with KeyError when resumed_step reads only "step", when a missing manifest is refused, and
+    when Batches reads the old (epoch, pos) as a global position without saying so."""
     os.chdir(ROOT)
     _run(tmp_path / "a", "--objective=rollout", "--max_iters=3", "--save_interval=0")
     straight = _losses(capsys.readouterr().out)
@@ -211,11 +213,16 @@ def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, caps
     state["iter_num"] = state.pop("step")
     torch.save(state, path)
     os.remove(tmp_path / "b" / "resume" / "manifest.json")
+    rank_file = tmp_path / "b" / "resume" / "rank0.pt"
+    mine = torch.load(rank_file, weights_only=False)
+    mine["data"] = {"epoch": mine["data"]["pos"] // 512, "pos": mine["data"]["pos"] % 512}  # 512 toy rows, 1 rank
+    torch.save(mine, rank_file)
     capsys.readouterr()
     _run(tmp_path / "b", "--objective=rollout", "--max_iters=3", "--save_interval=0", "--resume=True")
     captured = capsys.readouterr()
     log = captured.out
     assert "at step 2" in log and _losses(log) == straight[2:] and "are not verified" in captured.err
+    assert "saved by an older loader" in log
 
 
 def test_configs_load_and_errors_are_one_line(tmp_path):
