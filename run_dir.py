@@ -1,10 +1,10 @@
 """One run per out_dir, for both trainers (train_sudoku.py, train_fastdllm.py): docs/reliability.md.
 
-- `hold(out_dir, files, ...)`: refuse a fresh run over an existing one (unless overwrite) and a resume
+- `hold(out_dir, patterns, ...)`: refuse a fresh run over an existing one (unless overwrite) and a resume
   with nothing to resume, then hold `out_dir/run.lock` while the run trains. Under torchrun only rank 0
   checks and locks (for every rank); a lock left by a killed run is detected and replaced.
 - `ResumeRules` / `resume_config`: which config keys a resume may change, and the record of what did.
-- `write_manifest` / `verify_manifest` / `swap_in`: a resume state that is a directory of files
+- `write_manifest` / `verify_manifest` / `swap_in` / `recover`: a resume state that is a directory of files
   (Fast-dLLM's, sharded under DeepSpeed) written so that a kill during a save never leaves a state that
   loads as valid but wrong, with a sha256 per file checked on load.
 - `BatchOrder`: the data order of both trainers: every example once per epoch, a fresh order each
