@@ -16,13 +16,18 @@ Objectives (docs/fastdllm.md, "Training objectives"):
 Outputs: out_dir/ckpt-<step>/ (config.json + model.safetensors + tokenizer, loadable with
 fastdllm_model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
 optimizer, step, per-rank RNG, data position and rollout buffer for --resume=True (layout:
-docs/reference.md, "Checkpoints and resume"). The code reads setup -> train_step -> save; one process,
-DDP and DeepSpeed differ only in TorchBackend / DeepSpeedBackend.
+docs/reference.md, "Checkpoints and resume"); out_dir/metrics.jsonl one record per logged step. The run
+directory follows train_sudoku.py's rules through run_dir.py (docs/reliability.md): a fresh run never
+starts over another (--overwrite=True to replace one), rank 0 holds out_dir locked, a resume refuses
+changed hyperparameters (--allow_config_change=True to accept and record them) and verifies the sha256
+of every file of resume/. The code reads setup -> train_step -> save; one process, DDP and DeepSpeed
+differ only in TorchBackend / DeepSpeedBackend.
 """
 import math
 import os
 import random
 import shutil
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -40,8 +45,18 @@ from fastdllm_model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fa
                             make_tiny_tokenizer, resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
 from fastdllm_tokenizer import load_real_tokenizer
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
+import run_dir
 
 OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
+# run directory (run_dir.py, the same rules as train_sudoku.py; docs/reliability.md)
+RUN_FILES = ("ckpt-*", "resume", "resume.tmp", "resume.old", "metrics.jsonl")  # out_dir holds a run when it has one
+RESUME_RULES = run_dir.ResumeRules(
+    may_change=("max_iters", "save_interval"),
+    not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device",
+                  "gradient_checkpointing", "effective_batch"),
+    # the model's shape, the saved shards' layout and the rollout buffer's (batch, length) only fit these
+    fixed=("objective", "init_from", "bd_size", "batch_size", "max_length", "pad_to", "data", "dtype", "deepspeed",
+           "zero_persistence_threshold"))
 
 
 @dataclass
@@ -51,9 +66,11 @@ class TrainConfig:
     init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
     data: str = "data/sft/train.jsonl"  # `python fastdllm_data.py` output, or "toy" (synthetic chats)
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
+    overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
+    allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
     save_interval: int = 200  # optimizer steps between checkpoints (the paper reports checkpoint-200); 0 = end only;
     # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB)
-    log_interval: int = 1
+    log_interval: int = 1  # steps between log lines and metrics.jsonl records
     # objective
     objective: str = "relay"  # sft | rollout | relay_sg | relay
     K: int = 2  # rollout forwards per micro-step (gradients span all K; paper: 2)
@@ -158,37 +175,36 @@ def micro_step_loss(model, objective: str, x0: torch.Tensor, maskable: torch.Ten
 
 
 # -----------------------------------------------------------------------------
-# data: a per-rank view of a seeded permutation per epoch, so every rank sees different rows
+# data: the same order as train_sudoku.py (run_dir.BatchOrder), each rank a slice of the global batch
 
 
 class Batches:
+    """This rank's rows of each global batch of batch_size x world rows: every row once per epoch, a fresh
+    order each epoch, none dropped at an epoch's end (a batch that crosses it takes the next epoch's
+    first rows); the ranks take disjoint slices. The state is the global sample position."""
+
     def __init__(self, rows: list, batch_size: int, rank: int, world: int, seed: int):
         if len(rows) < batch_size * world:
             raise ValueError(f"{len(rows)} training rows are fewer than one batch per rank ({batch_size} x {world})")
-        self.rows, self.bs, self.rank, self.world, self.seed = rows, batch_size, rank, world, seed
-        self.epoch, self.pos = 0, 0
-        self._order()
-
-    def _order(self):
-        g = torch.Generator().manual_seed(self.seed + self.epoch)
-        perm = torch.randperm(len(self.rows), generator=g).tolist()
-        n = len(perm) // self.world
-        self.mine = perm[self.rank * n:(self.rank + 1) * n]
+        self.rows, self.bs, self.rank, self.world = rows, batch_size, rank, world
+        self.order, self.pos = run_dir.BatchOrder(len(rows), seed), 0
 
     def next(self) -> list:
-        if self.pos + self.bs > len(self.mine):
-            self.epoch, self.pos = self.epoch + 1, 0
-            self._order()
-        batch = [self.rows[i] for i in self.mine[self.pos:self.pos + self.bs]]
-        self.pos += self.bs
-        return batch
+        batch = self.order.rows(self.pos, self.bs * self.world)[self.rank * self.bs:(self.rank + 1) * self.bs]
+        self.pos += self.bs * self.world
+        return [self.rows[i] for i in batch]
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "pos": self.pos}
+        return {"pos": self.pos}
 
     def load_state_dict(self, s: dict) -> None:
-        self.epoch, self.pos = s["epoch"], s["pos"]
-        self._order()
+        if "epoch" in s:  # resume/ of the loader before run_dir.BatchOrder: (epoch, position in this rank's share)
+            if self.rank == 0:
+                print("resume: the data position was saved by an older loader; continuing at the same epoch and "
+                      "fraction of it in the new order (not the same rows as an uninterrupted run)")
+            self.pos = s["epoch"] * len(self.rows) + s["pos"] * self.world
+        else:
+            self.pos = s["pos"]
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -270,16 +286,17 @@ class TorchBackend:
         """The whole model's weights on the master (None elsewhere), for the released layout."""
         return self.model.state_dict() if self.master else None
 
-    def save_state(self, path: str, step: int) -> None:
+    def save_state(self, path: str, step: int, config: dict) -> None:
         if self.master:
             torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": step,
-                        "config": config_to_dict(self.cfg)}, os.path.join(path, "state.pt"))
+                        "config": config}, os.path.join(path, "state.pt"))
 
-    def load_state(self, path: str, device: str) -> int:
+    def load_state(self, path: str, device: str) -> tuple[int, dict]:
+        """Weights and optimizer; returns the saved (step, config)."""
         state = torch.load(os.path.join(path, "state.pt"), map_location=device, weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        return resumed_step(state)
+        return resumed_step(state), state.get("config", {})
 
 
 class DeepSpeedBackend:
@@ -323,7 +340,6 @@ class DeepSpeedBackend:
         if self.master:
             print(f"ZeRO-3 parameter elements held per rank: {[int(h) for h in held]} of {n_params} "
                   f"(whole tensors left on the ranks: {sum(p.data.numel() for p in model.parameters())})")
-        self.config = config_to_dict(cfg)
 
     def start_micro_step(self, boundary: bool) -> None:
         pass  # the engine counts micro-steps itself
@@ -342,12 +358,12 @@ class DeepSpeedBackend:
     def full_state_dict(self) -> dict | None:
         return self.engine._zero3_consolidated_16bit_state_dict()  # collective: every rank calls it
 
-    def save_state(self, path: str, step: int) -> None:
-        self.engine.save_checkpoint(path, tag="state", client_state={"step": step, "config": self.config})
+    def save_state(self, path: str, step: int, config: dict) -> None:
+        self.engine.save_checkpoint(path, tag="state", client_state={"step": step, "config": config})
 
-    def load_state(self, path: str, device: str) -> int:
+    def load_state(self, path: str, device: str) -> tuple[int, dict]:
         _, client = self.engine.load_checkpoint(path, tag="state")
-        return resumed_step(client)
+        return resumed_step(client), client.get("config", {})
 
 
 def make_optimizer(cfg: TrainConfig, model) -> torch.optim.Optimizer:
@@ -380,6 +396,7 @@ class Run:
     policy: object
     noise_gen: torch.Generator
     relay_params: list
+    run_config: dict  # the config saved with the resume state: this run's, or the resumed one's with its history
 
     @property
     def master(self) -> bool:
@@ -387,7 +404,12 @@ class Run:
 
     @property
     def resume_dir(self) -> str:
-        return os.path.join(self.cfg.out_dir, "resume")
+        return resume_dir(self.cfg)
+
+    @property
+    def log_path(self) -> str | None:
+        """out_dir/metrics.jsonl, None when the run writes nothing (save_interval=-1)."""
+        return os.path.join(self.cfg.out_dir, "metrics.jsonl") if self.cfg.save_interval >= 0 else None
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         x0, maskable = collate(self.batches.next(), self.tokenizer.pad_token_id, self.cfg.bd_size, self.seq_len)
@@ -496,7 +518,11 @@ def setup(cfg: TrainConfig) -> Run:
     # rows across steps. The authors pad to 2048; blocks made only of padding change no loss.
     seq_len = max([len(ids) for ids, _ in rows] + [cfg.pad_to])
     return Run(cfg, rank, world, device, backend, model, tokenizer, parent_dir, batches, seq_len, buffer, policy,
-               noise_gen, relay_params)
+               noise_gen, relay_params, config_to_dict(cfg))
+
+
+def resume_dir(cfg: TrainConfig) -> str:
+    return os.path.join(cfg.out_dir, "resume")
 
 
 def random_1p5b(use_relay: bool, seed: int, device: str) -> tuple:
@@ -516,11 +542,41 @@ def check_targets(rows: list, mask_id: int) -> None:
                              "remove it from the data (a target of [MASK] cannot be learned)")
 
 
+def check_resume(cfg: TrainConfig) -> dict | None:
+    """Before any work (master): the resumed run's config from resume/manifest.json, with this run's
+    changes checked against RESUME_RULES; None for a resume/ written before manifests (checked once loaded)."""
+    manifest = run_dir.read_manifest(resume_dir(cfg))
+    if manifest is None:
+        print(f"warning: {resume_dir(cfg)} has no {run_dir.MANIFEST} (written before checksums were added); its files "
+              "are not verified", file=sys.stderr)
+        return None
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if manifest["world"] != world:
+        raise SystemExit(f"resume: {resume_dir(cfg)} was written by {manifest['world']} processes, this run has {world}; "
+                         "use the same count")
+    return resumed_config(cfg, manifest["config"], manifest["step"])
+
+
+def resumed_config(cfg: TrainConfig, saved: dict, step: int) -> dict:
+    return run_dir.resume_config(saved, config_to_dict(cfg), config_to_dict(TrainConfig()), step, RESUME_RULES,
+                                 cfg.allow_config_change, resume_dir(cfg))
+
+
 def load_resume(run: Run) -> int:
-    """Restore out_dir/resume (weights, optimizer, RNG, data position, rollout buffer); returns the step."""
-    if not os.path.isdir(run.resume_dir):
-        raise SystemExit(f"train_fastdllm.py: --resume=True but {run.resume_dir} does not exist")
-    step = run.backend.load_state(run.resume_dir, run.device)
+    """Restore out_dir/resume (weights, optimizer, RNG, data position, rollout buffer), its files verified
+    against the manifest's checksums first; returns the step."""
+    cfg, manifest = run.cfg, None
+    if run.master:
+        manifest = run_dir.read_manifest(run.resume_dir)
+        if manifest is not None:
+            run_dir.verify_manifest(run.resume_dir, manifest)
+    if run.world > 1:
+        dist.barrier()  # no rank reads a file before the master has verified it
+    step, saved_config = run.backend.load_state(run.resume_dir, run.device)
+    if run.master and manifest is None:
+        run.run_config = resumed_config(cfg, saved_config, step)
+    for group in run.backend.optimizer.param_groups:  # the saved ones, unless allowed to change
+        group.update(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
     mine = torch.load(os.path.join(run.resume_dir, f"rank{run.rank}.pt"), weights_only=False)
     if mine["world"] != run.world:
         raise SystemExit(f"train_fastdllm.py: the checkpoint was written by {mine['world']} processes, this run has {run.world}")
@@ -530,6 +586,8 @@ def load_resume(run: Run) -> int:
     if run.buffer is not None and mine["buffer"] is not None:
         run.buffer.load_state_dict({k: (v.to(run.device) if v is not None else None) for k, v in mine["buffer"].items()})
     if run.master:
+        if run.log_path is not None:
+            run_dir.drop_records_after(run.log_path, step)
         print(f"resumed from {run.resume_dir} at step {step}")
     return step
 
@@ -576,40 +634,57 @@ def log_step(run: Run, step: int, stats: dict, seconds: float, tokens: int) -> N
     if run.world > 1:
         dist.all_reduce(losses)
         losses /= run.world
-    if run.master:
-        extra = f" L1 {losses[1]:.4f} L2 {losses[2]:.4f}" if run.cfg.objective != "sft" else ""
-        grad_norm, relay_norm = stats["grad_norm"], stats["relay_norm"]
-        share = f" relay-grad {relay_norm / grad_norm:.2e}" if run.relay_params and grad_norm > 0 else ""
-        memory = f" peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if run.device.startswith("cuda") else ""
-        print(f"iter {step}: loss {losses[0]:.4f}{extra} lr {stats['lr']:.2e} grad-norm {grad_norm:.3f}{share} "
-              f"{tokens / seconds:.0f} tok/s{memory}", flush=True)
+    if not run.master:
+        return
+    grad_norm, relay_norm = stats["grad_norm"], stats["relay_norm"]
+    record = {"step": step, "loss": round(float(losses[0]), 5), "lr": stats["lr"], "grad_norm": round(grad_norm, 5),
+              "tokens_per_s": round(tokens / seconds, 1)}
+    line = f"step {step} | loss {losses[0]:.4f}"
+    if run.cfg.objective != "sft":
+        record.update(l1=round(float(losses[1]), 5), l2=round(float(losses[2]), 5))
+        line += f" | L1 {losses[1]:.4f} | L2 {losses[2]:.4f}"
+    line += f" | lr {stats['lr']:.2e} | grad-norm {grad_norm:.3f}"
+    if run.relay_params and grad_norm > 0:  # how much of the update reaches the relay LayerNorm
+        record["relay_grad_share"] = relay_norm / grad_norm
+        line += f" | relay-grad {relay_norm / grad_norm:.2e}"
+    line += f" | {tokens / seconds:.0f} tok/s"
+    if run.device.startswith("cuda"):
+        record["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        line += f" | peak {record['peak_gib']:.1f} GiB"
+    print(line, flush=True)
+    if run.log_path is not None:
+        run_dir.append_record(run.log_path, record)
 
 
 def save(run: Run, step: int) -> None:
-    """out_dir/ckpt-<step>/ in the released layout, then out_dir/resume/ (written to resume.tmp and
-    swapped in once complete, so a crash keeps the previous one)."""
+    """out_dir/ckpt-<step>/ in the released layout (written to ckpt-<step>.tmp, then renamed), then
+    out_dir/resume/: written to resume.tmp, its manifest (the sha256 of every file) written last, then
+    swapped in (run_dir.swap_in). A kill at any point leaves the previous complete state or the new one."""
     cfg = run.cfg
     state_dict = run.backend.full_state_dict()
     if run.master:
-        save_fastdllm(run.model, run.tokenizer, os.path.join(cfg.out_dir, f"ckpt-{step}"), state_dict=state_dict,
-                      remote_code_dir=run.parent_dir)
+        ckpt = os.path.join(cfg.out_dir, f"ckpt-{step}")
+        shutil.rmtree(ckpt + ".tmp", ignore_errors=True)
+        save_fastdllm(run.model, run.tokenizer, ckpt + ".tmp", state_dict=state_dict, remote_code_dir=run.parent_dir)
+        shutil.rmtree(ckpt, ignore_errors=True)  # a resumed run redoing a step it saved before a kill
+        os.replace(ckpt + ".tmp", ckpt)
     tmp = run.resume_dir + ".tmp"
     if run.master:
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
     if run.world > 1:
         dist.barrier()
-    run.backend.save_state(tmp, step)
+    run.backend.save_state(tmp, step, run.run_config)
     buffer = run.buffer
     torch.save({"world": run.world, "torch_rng": torch.get_rng_state(), "noise_rng": run.noise_gen.get_state(),
                 "data": run.batches.state_dict(),
                 "buffer": {k: (v.cpu() if v is not None else None) for k, v in buffer.state_dict().items()} if buffer else None},
                os.path.join(tmp, f"rank{run.rank}.pt"))
     if run.world > 1:
-        dist.barrier()
+        dist.barrier()  # every rank's files are complete
     if run.master:
-        shutil.rmtree(run.resume_dir, ignore_errors=True)
-        os.replace(tmp, run.resume_dir)
+        run_dir.write_manifest(tmp, {"step": step, "world": run.world, "config": run.run_config})
+        run_dir.swap_in(tmp, run.resume_dir)
         print(f"saved {cfg.out_dir}/ckpt-{step} and {run.resume_dir}")
     if run.world > 1:
         dist.barrier()
@@ -617,8 +692,19 @@ def save(run: Run, step: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(argv)
+    with run_dir.hold(cfg.out_dir, RUN_FILES, cfg.resume, cfg.overwrite, resume_dir(cfg)):
+        train(cfg)
+
+
+def train(cfg: TrainConfig) -> None:
+    """Run (or resume) training in cfg.out_dir, which rank 0 holds locked for every rank."""
+    run_config = check_resume(cfg) if cfg.resume and run_dir.rank() == 0 else None
     run = setup(cfg)
+    if run_config is not None:
+        run.run_config = run_config
     step = load_resume(run) if cfg.resume else 0
+    if run.master and cfg.overwrite:
+        run_dir.remove_run_files(cfg.out_dir, RUN_FILES)  # every input has passed its checks
     run.backend.module.train()
     t0, tokens = time.time(), 0
     while step < cfg.max_iters:

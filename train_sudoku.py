@@ -13,8 +13,8 @@ Config: the TrainConfig fields below (preset files + --key=value, see configurat
 saved), validation by confidence decoding at tau=0.15 every eval_interval steps, atomic checkpoints
 that hold everything needed to resume bit-exactly on CPU. A run holds out_dir locked, never starts
 afresh over another run (--overwrite=True to replace one), refuses changed hyperparameters on resume
-(--allow_config_change=True to accept and record them) and checks its checkpoint's sha256: see
-docs/reliability.md.
+(--allow_config_change=True to accept and record them) and checks its checkpoint's sha256: the rules
+of run_dir.py, shared with train_fastdllm.py (docs/reliability.md).
 """
 import copy
 import json
@@ -22,7 +22,6 @@ import math
 import os
 import random
 import re
-import socket
 import sys
 import time
 import types
@@ -40,6 +39,7 @@ from configurator import ConfigError, config_to_dict, load_config, print_config
 from devices import pick_device, uses_bf16
 from model import ModelConfig, SudokuTransformer
 import relay
+import run_dir
 from relay import RolloutBuffer, draw_taus, mlm_loss, mlm_masking, rollout_loss
 from sudoku_decode import decode_boards
 from sudoku import MASK
@@ -154,123 +154,18 @@ def check_ranges(cfg: TrainConfig) -> None:
 
 
 # -----------------------------------------------------------------------------
-# run directory: one run per out_dir, held by a lock file while it trains (docs/reliability.md)
+# run directory (run_dir.py, shared with train_fastdllm.py): one run per out_dir, held by a lock file
+# while it trains, resume rules (docs/reliability.md)
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl")  # out_dir holds a run when it has one of these
-LOCK_FILE = "run.lock"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    return True
-
-
-def lock_holder(out_dir: str) -> str | None:
-    """Who holds out_dir's lock ("pid N on HOST"), or None: no lock, or a stale one whose process is gone."""
-    path = os.path.join(out_dir, LOCK_FILE)
-    try:
-        with open(path) as f:
-            pid_text, host = (f.read().split() + ["", ""])[:2]
-        age = time.time() - os.path.getmtime(path)
-    except FileNotFoundError:
-        return None
-    if not pid_text.isdigit():  # a run between creating the file and writing its pid, or debris of a crash
-        return "a run that is just starting" if age < 10 else None
-    if host != socket.gethostname():
-        return f"pid {pid_text} on {host} (another machine: delete {path} if that run is dead)"
-    if int(pid_text) == os.getpid():
-        return None  # this process: its own lock is no other run
-    return f"pid {pid_text} on {host}" if pid_alive(int(pid_text)) else None
-
-
-def in_use(out_dir: str, holder: str) -> str:
-    return f"out_dir={out_dir} is in use by another run ({holder}); wait for it to finish or choose another out_dir"
-
-
-def acquire_lock(out_dir: str) -> str:
-    """Create out_dir and its lock file (O_EXCL: of two runs at once, exactly one succeeds); a stale lock
-    left by a killed run is replaced. Returns the lock's path."""
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        raise SystemExit(f"out_dir={out_dir}: cannot create it ({e.strerror})") from None
-    path = os.path.join(out_dir, LOCK_FILE)
-    for _ in range(3):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = lock_holder(out_dir)
-            if holder is not None:
-                raise SystemExit(in_use(out_dir, holder)) from None
-            print(f"replacing the stale lock {path}: the run that held it is no longer running")
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
-            continue
-        except OSError as e:
-            raise SystemExit(f"out_dir={out_dir}: cannot write its lock file ({e.strerror})") from None
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{os.getpid()} {socket.gethostname()}\n")
-        return path
-    raise SystemExit(f"out_dir={out_dir}: could not take its lock {path}; another run is starting there")
-
-
-def release_lock(path: str) -> None:
-    try:
-        with open(path) as f:
-            mine = f.read().split()[:1] == [str(os.getpid())]
-        if mine:
-            os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-def check_run_dir(cfg: TrainConfig) -> None:
-    """Refuse, before any work, an out_dir this run must not write to: a file, a directory another live
-    run holds, or (without resume/overwrite) one that holds a run a fresh start would destroy."""
-    out = cfg.out_dir
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise SystemExit(f"out_dir={out} is a file, not a directory; choose another out_dir")
-    holder = lock_holder(out)
-    if holder is not None:
-        raise SystemExit(in_use(out, holder))
-    if cfg.resume and cfg.overwrite:
-        raise SystemExit("resume=True continues the run in out_dir and overwrite=True deletes it: pass one of them")
-    ckpt_path = os.path.join(out, "ckpt.pt")
-    if cfg.resume and not os.path.exists(ckpt_path):
-        raise SystemExit(f"resume=True but there is no {ckpt_path}; drop --resume to start a new run")
-    found = [name for name in RUN_FILES if os.path.exists(os.path.join(out, name))]
-    if found and not cfg.resume and not cfg.overwrite:
-        raise SystemExit(f"out_dir={out} already holds a run ({', '.join(found)}): continue it with --resume=True, "
-                         "or pass --overwrite=True to delete it and start afresh")
-
-
-def remove_run_files(out_dir: str) -> None:
-    """overwrite=True: forget the previous run of out_dir (its checkpoint and its log)."""
-    for name in RUN_FILES + ("ckpt.pt.tmp",):
-        path = os.path.join(out_dir, name)
-        if os.path.exists(path):
-            os.remove(path)
-            print(f"overwrite=True: removed {path}")
-
-
-# -----------------------------------------------------------------------------
-# resume: what may change, and the record of what did
-
+OVERWRITES = RUN_FILES + ("ckpt.pt.tmp",)  # what overwrite=True deletes
+LOCK_FILE = run_dir.LOCK_FILE
 RESUME_KEYS = ("model", "model_config", "config", "optimizer", "step", "data_pos", "rank_state")
-# the budget and the checkpoint cadence may change on every resume (extending a run is routine)
-RESUME_MAY_CHANGE = ("max_iters", "max_minutes", "eval_interval")
-# where and how the run is executed and logged: not part of what is trained, never compared
-NOT_HYPERPARAMETERS = ("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device", "compile",
-                       "wandb_log", "wandb_project", "wandb_run_name")
-# the checkpoint's tensors (weights, optimizer, buffer) only fit these values, even with allow_config_change
-RESUME_FIXED = ("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "pos_emb", "batch_size")
+RESUME_RULES = run_dir.ResumeRules(
+    may_change=("max_iters", "max_minutes", "eval_interval"),
+    not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device", "compile",
+                  "wandb_log", "wandb_project", "wandb_run_name"),
+    fixed=("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "pos_emb", "batch_size"))
 
 
 def load_resume(ckpt_path: str) -> dict:
@@ -281,25 +176,9 @@ def load_resume(ckpt_path: str) -> dict:
 
 
 def resume_config(resume: dict, cfg: TrainConfig, ckpt_path: str) -> dict:
-    """The run config of a resumed run: the checkpoint's, with the changes this run makes. A changed
-    hyperparameter outside RESUME_MAY_CHANGE is refused unless allow_config_change=True; every change
-    is appended to config["history"] with the step it takes effect from."""
-    saved, now = resume["config"], config_to_dict(cfg)
-    default = config_to_dict(TrainConfig())  # a key newer than the checkpoint: it ran with the default
-    changed = {}
-    for key, value in now.items():
-        old = saved.get(key, default[key])
-        if key in NOT_HYPERPARAMETERS or old == value:
-            continue
-        if key in RESUME_FIXED or (key not in RESUME_MAY_CHANGE and not cfg.allow_config_change):
-            hint = ("the checkpoint's weights and state only fit its value" if key in RESUME_FIXED else
-                    "pass the checkpoint's value, or --allow_config_change=True to go on with the new one")
-            raise SystemExit(f"resume: {key} changed: {ckpt_path} has {key}={old!r}, this run {key}={value!r}; {hint}")
-        changed[key] = [old, value]
-    run_config = saved | {key: new for key, (_, new) in changed.items()}
-    if changed:
-        run_config["history"] = list(saved.get("history", [])) + [{"step": resume["step"], "changed": changed}]
-    return run_config
+    """The checkpoint's run config with this run's accepted changes (run_dir.resume_config)."""
+    return run_dir.resume_config(resume["config"], config_to_dict(cfg), config_to_dict(TrainConfig()), resume["step"],
+                                 RESUME_RULES, cfg.allow_config_change, ckpt_path)
 
 
 def model_config(cfg: TrainConfig) -> ModelConfig:
@@ -424,26 +303,6 @@ def as_tensor(a) -> torch.Tensor:
     return t.to(torch.uint8)  # ids < 17: a quarter of the memory of int64 for the 3.8M-puzzle split
 
 
-class BatchOrder:
-    """Rows of each global batch: a fresh permutation per epoch that is a pure function of
-    (seed, epoch), so resuming needs only the sample position. The current epoch's permutation
-    is cached (3.8M rows take ~0.1 s to permute)."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch, self.perm = n, seed, -1, None
-
-    def rows(self, pos: int, batch_size: int) -> np.ndarray:
-        rows = []
-        while len(rows) < batch_size:
-            epoch, off = divmod(pos, self.n)
-            if epoch != self.epoch:
-                self.epoch, self.perm = epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n)
-            take = self.perm[off: off + batch_size - len(rows)]
-            rows.extend(take.tolist())
-            pos += len(take)
-        return np.asarray(rows)
-
-
 @torch.no_grad()
 def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.Tensor, cfg: TrainConfig) -> dict:
     """Exact match and NFE of confidence decoding at eval_tau (sudoku_decode.decode_boards)."""
@@ -519,45 +378,13 @@ def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
 # training
 
 
-def drop_records_after(log_path: str, step: int) -> None:
-    """Forget the log lines of steps after the checkpoint: a run killed between two checkpoints logged
-    steps it is about to redo, and metrics.jsonl must list every step once."""
-    if not os.path.exists(log_path):
-        return
-    with open(log_path) as f:
-        lines = f.readlines()
-    kept = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a kill mid-write
-        if record["step"] <= step:
-            kept.append(line if line.endswith("\n") else line + "\n")
-    if kept != lines:
-        tmp = log_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.writelines(kept)
-        os.replace(tmp, log_path)  # a kill during the rewrite keeps the old log whole
-
-
 def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     """Run (or resume) training in cfg.out_dir, which this run holds locked; returns the last metrics.
     train_data / val_data: objects with .question and .answer (N, 81) token arrays; default:
     prepare_data.load_puzzles from data_dir."""
     check_config(cfg)
-    if int(os.environ.get("RANK", 0)) != 0:
-        return train_locked(cfg, train_data, val_data)  # DDP: rank 0 holds the lock for every rank
-    check_run_dir(cfg)
-    created = not os.path.isdir(cfg.out_dir)
-    lock = acquire_lock(cfg.out_dir)
-    try:
-        check_run_dir(cfg)  # again, under the lock: a run may have finished here since the first check
+    with run_dir.hold(cfg.out_dir, RUN_FILES, cfg.resume, cfg.overwrite, os.path.join(cfg.out_dir, "ckpt.pt")):
         return train_locked(cfg, train_data, val_data)
-    finally:
-        release_lock(lock)
-        if created and not os.listdir(cfg.out_dir):
-            os.rmdir(cfg.out_dir)  # failed before writing anything: leave no trace
 
 
 @dataclass
@@ -581,7 +408,7 @@ class Run:
     q_all: torch.Tensor
     val_q: torch.Tensor | None
     val_a: torch.Tensor | None
-    order: BatchOrder
+    order: run_dir.BatchOrder
     run_config: dict
     ckpt_path: str
     log_path: str
@@ -656,7 +483,7 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
     buffer = RolloutBuffer(local_bs, MASK, cfg.buffer_init) if cfg.objective != "mlm" else None
     run = Run(cfg=cfg, device=device, rank=rank, world=world, ddp=ddp, model=model, raw_model=model, mcfg=mcfg,
               optimizer=optimizer, ema=ema, buffer=buffer, gen=gen, loss_fn=None, reduce=None,
-              x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=BatchOrder(len(x0_all), cfg.seed),
+              x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=run_dir.BatchOrder(len(x0_all), cfg.seed),
               run_config=run_config, ckpt_path=ckpt_path, log_path=log_path, wandb=None)
     if resume is not None:
         restore(run, resume)
@@ -667,7 +494,7 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
         buffer.allocate(81, device, state_dim=cfg.n_embd if mcfg.relay else None)
     if master:
         if cfg.overwrite:
-            remove_run_files(cfg.out_dir)
+            run_dir.remove_run_files(cfg.out_dir, OVERWRITES)
         print_config(cfg)
         if use_bf16 and device_type == "cpu" and not cpu_has_fast_bf16():
             print("warning: dtype=bfloat16 on a CPU without avx512_bf16/amx_bf16 is several times slower than "
@@ -740,7 +567,7 @@ def restore(run: Run, resume: dict) -> None:
     if run.buffer is not None and ranks[run.rank]["buffer"] is not None:
         run.buffer.load_state_dict(to_device(ranks[run.rank]["buffer"], device))
     if run.master:
-        drop_records_after(run.log_path, run.step)
+        run_dir.drop_records_after(run.log_path, run.step)
 
 
 def make_loss_fn(cfg: TrainConfig, forward, buffer: RolloutBuffer | None, reduce):
@@ -836,8 +663,7 @@ def save(run: Run, metrics: dict) -> None:
 
 
 def log(run: Run, record: dict) -> None:
-    with open(run.log_path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    run_dir.append_record(run.log_path, record)
     if run.wandb is not None:
         run.wandb.log(record, step=record["step"])
 

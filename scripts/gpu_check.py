@@ -149,7 +149,7 @@ def plan(smoke: bool, work: str) -> list[Part]:
         Part("table1_mlm", "Table 1 preset mlm_tied, a few minutes", table1("mlm_tied"), 540, 270,
              r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "mlm_tied")),
         Part("fastdllm_train", "Fast-dLLM v2 1.5B shape: one ZeRO-3 step per objective", fastdllm_steps, 540, 300,
-             r"iter 2:", keep=r"^iter \d+:|parameters"),
+             r"step 2 \|", keep=r"^step \d+ \||parameters"),
         Part("memory_profile", "Fast-dLLM v2 1.5B shape: training memory (Figure 3)", memory, 300, 120, r"^\| sft",
              keep=r"^\||^device", summarize=lambda w: "![memory_profile](memory_profile.png)"),
         Part("generate_speed", "Fast-dLLM v2 1.5B shape: decoding speed and caches", generate, 480, 180,

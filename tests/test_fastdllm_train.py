@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
 import train_fastdllm as T
 from configurator import load_config
@@ -162,7 +163,7 @@ def _run(tmp_path, *args):
 
 
 def _losses(text):
-    return [float(v) for v in re.findall(r"iter \d+: loss ([0-9.]+)", text)]
+    return [float(v) for v in re.findall(r"step \d+ \| loss ([0-9.]+)", text)]
 
 
 @pytest.mark.parametrize("objective", T.OBJECTIVES)
@@ -198,8 +199,11 @@ def test_resume_continues_the_run_exactly(tmp_path, capsys, device):
 
 
 def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, capsys):
-    """resume/state.pt once stored the step as "iter_num"; such a directory still resumes exactly.
-    Checked: fails with KeyError when resumed_step reads only "step"."""
+    """resume/ as written before run_dir.py: state.pt stored the step as "iter_num", there was no
+    manifest.json, and the rank file held the data position as (epoch, position in the rank's share).
+    Such a directory still resumes exactly, with a warning that its files are not verified. Checked:
+    fails with KeyError when resumed_step reads only "step", when a missing manifest is refused, and
+    when Batches reads the old (epoch, pos) as a global position without saying so."""
     os.chdir(ROOT)
     _run(tmp_path / "a", "--objective=rollout", "--max_iters=3", "--save_interval=0")
     straight = _losses(capsys.readouterr().out)
@@ -208,10 +212,17 @@ def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, caps
     state = torch.load(path, weights_only=False)
     state["iter_num"] = state.pop("step")
     torch.save(state, path)
+    os.remove(tmp_path / "b" / "resume" / "manifest.json")
+    rank_file = tmp_path / "b" / "resume" / "rank0.pt"
+    mine = torch.load(rank_file, weights_only=False)
+    mine["data"] = {"epoch": mine["data"]["pos"] // 512, "pos": mine["data"]["pos"] % 512}  # 512 toy rows, 1 rank
+    torch.save(mine, rank_file)
     capsys.readouterr()
     _run(tmp_path / "b", "--objective=rollout", "--max_iters=3", "--save_interval=0", "--resume=True")
-    log = capsys.readouterr().out
-    assert "at step 2" in log and _losses(log) == straight[2:]
+    captured = capsys.readouterr()
+    log = captured.out
+    assert "at step 2" in log and _losses(log) == straight[2:] and "are not verified" in captured.err
+    assert "saved by an older loader" in log
 
 
 def test_configs_load_and_errors_are_one_line(tmp_path):
@@ -227,7 +238,7 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
         _run(tmp_path, f"--data={tmp_path}/missing.jsonl")
     with pytest.raises(SystemExit, match="effective_batch"):
         _run(tmp_path, "--effective_batch=64")
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(SystemExit, match="resume=True but there is no .*resume; drop --resume"):
         _run(tmp_path, "--resume=True")
 
 
@@ -262,10 +273,15 @@ def _torchrun(tmp_path, *args, timeout=300):
     return r.stdout
 
 
-def test_two_process_zero3_run_partitions_and_learns(tmp_path):
+def test_two_process_zero3_run_partitions_learns_and_resumes_bit_identically(tmp_path):
     """2 gloo processes, DeepSpeed ZeRO-3 on the CPU accelerator (the first run on a machine also
-    JIT-compiles DeepSpeed's shared-memory comm op, about 45 s)."""
-    out = _torchrun(tmp_path, "--objective=relay", "--max_iters=6", "--save_interval=0", "--lr_decay_iters=6")
+    JIT-compiles DeepSpeed's shared-memory comm op, about 45 s). A run stopped at step 3 and resumed
+    to step 6 ends with the same losses and bit-identical weights as the uninterrupted run, and rank 0
+    alone holds the lock for both ranks. Checked to fail when every rank takes the lock (rank 1 finds
+    rank 0's and refuses), and when the rank files do not save the data position (the resumed run
+    trains on other rows)."""
+    run = ["--objective=relay", "--save_interval=0", "--lr_decay_iters=6"]
+    out = _torchrun(tmp_path, *run, "--max_iters=6")
     held = re.search(r"held per rank: \[(\d+), (\d+)\] of (\d+) \(whole tensors left on the ranks: (\d+)\)", out)
     assert held, out
     a, b, n, whole = map(int, held.groups())
@@ -274,6 +290,12 @@ def test_two_process_zero3_run_partitions_and_learns(tmp_path):
     assert len(losses) == 6 and sum(losses[-2:]) < sum(losses[:2])
     model, _ = load_fastdllm(str(tmp_path / "ckpt-6"), dtype=torch.float32)
     assert model.relay_layer_norm.weight.abs().sum() > 0
+    _torchrun(tmp_path / "cut", *run, "--max_iters=3")
+    resumed = _torchrun(tmp_path / "cut", *run, "--max_iters=6", "--resume=True")
+    assert "resumed from" in resumed and _losses(resumed) == losses[3:]
+    straight, cut = load_file(tmp_path / "ckpt-6" / "model.safetensors"), load_file(tmp_path / "cut" / "ckpt-6" / "model.safetensors")
+    assert straight.keys() == cut.keys() and all(torch.equal(straight[k], cut[k]) for k in straight)
+    assert [json.loads(line)["step"] for line in open(tmp_path / "cut" / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
 
 
 @pytest.mark.slow
@@ -371,7 +393,7 @@ def test_zero3_one_process_matches_plain_training(tmp_path):
                             "--max_iters=5", "--save_interval=0", "--grad_clip=0.5", f"--out_dir={tmp_path}/{ds or 'plain'}"],
                            cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
-        logs.append(re.findall(r"iter \d+: loss [0-9.]+ lr \S+ grad-norm [0-9.]+", r.stdout))
+        logs.append(re.findall(r"step \d+ \| loss [0-9.]+ \| lr \S+ \| grad-norm [0-9.]+", r.stdout))
     assert len(logs[0]) == 5 and logs[0] == logs[1]
 
 

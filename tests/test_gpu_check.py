@@ -42,7 +42,7 @@ def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     assert len(rows) == 6 and all("-" not in line.split("|", 2)[2] for line in rows)  # every run logged every step
     assert all((out / f"{name}.png").exists() for name in ("learn", "relay_tied", "mlm_tied", "memory_profile"))
     fastdllm = "\n".join(json.loads((out / "fastdllm_train.json").read_text())["output"])
-    assert fastdllm.count("iter 2:") == 2
+    assert fastdllm.count("step 2 |") == 2
     assert "| prefix cache | " in report and "| relay |" in report and "| sft |" in report
 
 

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -97,7 +98,7 @@ def test_a_live_lock_refuses_and_a_stale_one_is_replaced(tmp_path, capsys):
     out.mkdir()
     holder = subprocess.Popen(["sleep", "60"])
     try:
-        (out / ts.LOCK_FILE).write_text(f"{holder.pid} {ts.socket.gethostname()}\n")
+        (out / ts.LOCK_FILE).write_text(f"{holder.pid} {socket.gethostname()}\n")
         with pytest.raises(SystemExit, match=f"in use by another run \\(pid {holder.pid} ") as e:
             train(out, "--max_iters=1")
         assert "\n" not in str(e.value) and sorted(os.listdir(out)) == [ts.LOCK_FILE]
@@ -138,7 +139,7 @@ def test_second_concurrent_run_refuses_with_one_line_and_a_killed_run_resumes(tm
         with pytest.raises(SystemExit) as e:  # the second run (in this process: the command line is tested below)
             train(out, "--max_iters=5", "--eval_interval=3", "--eval_puzzles=0", "--resume=True")  # still going
         assert str(e.value) == (f"out_dir={out} is in use by another run (pid {first.pid} on "
-                                f"{ts.socket.gethostname()}); wait for it to finish or choose another out_dir")
+                                f"{socket.gethostname()}); wait for it to finish or choose another out_dir")
         assert (out / ts.LOCK_FILE).read_text().split()[0] == str(first.pid)  # still the first run's
     finally:
         first.send_signal(signal.SIGKILL)

@@ -1,0 +1,342 @@
+"""One run per out_dir, for both trainers (train_sudoku.py, train_fastdllm.py): docs/reliability.md.
+
+- `hold(out_dir, patterns, ...)`: refuse a fresh run over an existing one (unless overwrite) and a resume
+  with nothing to resume, then hold `out_dir/run.lock` while the run trains. Under torchrun only rank 0
+  checks and locks (for every rank); a lock left by a killed run is detected and replaced.
+- `ResumeRules` / `resume_config`: which config keys a resume may change, and the record of what did.
+- `write_manifest` / `verify_manifest` / `swap_in` / `recover`: a resume state that is a directory of files
+  (Fast-dLLM's, sharded under DeepSpeed) written so that a kill during a save never leaves a state that
+  loads as valid but wrong, with a sha256 per file checked on load.
+- `BatchOrder`: the data order of both trainers: every example once per epoch, a fresh order each
+  epoch, nothing dropped at an epoch's end.
+- `drop_records_after`: metrics.jsonl after a kill lists every step once.
+"""
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+LOCK_FILE = "run.lock"
+MANIFEST = "manifest.json"
+
+
+# -----------------------------------------------------------------------------
+# the lock
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
+
+
+def lock_holder(out_dir: str) -> str | None:
+    """Who holds out_dir's lock ("pid N on HOST"), or None: no lock, or a stale one whose process is gone."""
+    path = os.path.join(out_dir, LOCK_FILE)
+    try:
+        with open(path) as f:
+            pid_text, host = (f.read().split() + ["", ""])[:2]
+        age = time.time() - os.path.getmtime(path)
+    except FileNotFoundError:
+        return None
+    if not pid_text.isdigit():  # a run between creating the file and writing its pid, or debris of a crash
+        return "a run that is just starting" if age < 10 else None
+    if host != socket.gethostname():
+        return f"pid {pid_text} on {host} (another machine: delete {path} if that run is dead)"
+    if int(pid_text) == os.getpid():
+        return None  # this process: its own lock is no other run
+    return f"pid {pid_text} on {host}" if pid_alive(int(pid_text)) else None
+
+
+def in_use(out_dir: str, holder: str) -> str:
+    return f"out_dir={out_dir} is in use by another run ({holder}); wait for it to finish or choose another out_dir"
+
+
+def acquire_lock(out_dir: str) -> str:
+    """Create out_dir and its lock file (O_EXCL: of two runs at once, exactly one succeeds); a stale lock
+    left by a killed run is replaced. Returns the lock's path."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"out_dir={out_dir}: cannot create it ({e.strerror})") from None
+    path = os.path.join(out_dir, LOCK_FILE)
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = lock_holder(out_dir)
+            if holder is not None:
+                raise SystemExit(in_use(out_dir, holder)) from None
+            print(f"replacing the stale lock {path}: the run that held it is no longer running")
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            continue
+        except OSError as e:
+            raise SystemExit(f"out_dir={out_dir}: cannot write its lock file ({e.strerror})") from None
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()} {socket.gethostname()}\n")
+        return path
+    raise SystemExit(f"out_dir={out_dir}: could not take its lock {path}; another run is starting there")
+
+
+def release_lock(path: str) -> None:
+    try:
+        with open(path) as f:
+            mine = f.read().split()[:1] == [str(os.getpid())]
+        if mine:
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+# -----------------------------------------------------------------------------
+# the run directory
+
+
+def run_files(out_dir: str, patterns: tuple[str, ...]) -> list[str]:
+    """The names in out_dir that match one of `patterns` (fnmatch), sorted: what makes it hold a run."""
+    if not os.path.isdir(out_dir):
+        return []
+    return sorted(name for name in os.listdir(out_dir) if any(fnmatch.fnmatch(name, p) for p in patterns))
+
+
+def check_run_dir(out_dir: str, patterns: tuple[str, ...], resume: bool, overwrite: bool, resume_path: str) -> None:
+    """Refuse, before any work, an out_dir this run must not write to: a file, a directory another live
+    run holds, or (without resume/overwrite) one that holds a run a fresh start would destroy."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise SystemExit(f"out_dir={out_dir} is a file, not a directory; choose another out_dir")
+    holder = lock_holder(out_dir)
+    if holder is not None:
+        raise SystemExit(in_use(out_dir, holder))
+    if resume and overwrite:
+        raise SystemExit("resume=True continues the run in out_dir and overwrite=True deletes it: pass one of them")
+    if resume and not resumable(resume_path):
+        raise SystemExit(f"resume=True but there is no {resume_path}; drop --resume to start a new run")
+    found = run_files(out_dir, patterns)
+    if found and not resume and not overwrite:
+        raise SystemExit(f"out_dir={out_dir} already holds a run ({', '.join(found)}): continue it with --resume=True, "
+                         "or pass --overwrite=True to delete it and start afresh")
+
+
+def resumable(path: str) -> bool:
+    """A resume state is at path, or recover() can put one there."""
+    return os.path.exists(path) or any(os.path.isfile(os.path.join(path + end, MANIFEST)) for end in (".tmp", ".old"))
+
+
+def remove_run_files(out_dir: str, patterns: tuple[str, ...]) -> None:
+    """overwrite=True: forget the previous run of out_dir (files and directories matching `patterns`)."""
+    for name in run_files(out_dir, patterns):
+        path = os.path.join(out_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+        print(f"overwrite=True: removed {path}")
+
+
+def rank() -> int:
+    """This process's rank under torchrun / DeepSpeed (0 for a plain process)."""
+    return int(os.environ.get("RANK", 0))
+
+
+@contextmanager
+def hold(out_dir: str, patterns: tuple[str, ...], resume: bool, overwrite: bool, resume_path: str):
+    """Check out_dir and hold its lock while the body runs. Rank 0 does both for every rank (a second
+    rank taking the lock would find rank 0's and refuse). A run that fails before writing anything
+    removes the out_dir it created, so a refused command leaves no trace."""
+    if rank() != 0:
+        yield
+        return
+    check_run_dir(out_dir, patterns, resume, overwrite, resume_path)
+    created = not os.path.isdir(out_dir)
+    lock = acquire_lock(out_dir)
+    try:
+        # again, under the lock: a run may have finished here since the first check
+        check_run_dir(out_dir, patterns, resume, overwrite, resume_path)
+        if resume:
+            recover(resume_path)
+        yield
+    finally:
+        release_lock(lock)
+        if created and not os.listdir(out_dir):
+            os.rmdir(out_dir)
+
+
+# -----------------------------------------------------------------------------
+# resume: what may change, and the record of what did
+
+
+@dataclass(frozen=True)
+class ResumeRules:
+    """may_change: the budget and the save cadence (extending a run is routine); not_compared: where and
+    how the run executes and logs; fixed: keys the saved tensors only fit, refused even with
+    allow_config_change. Every other key is a hyperparameter: refused unless allow_config_change."""
+    may_change: tuple[str, ...]
+    not_compared: tuple[str, ...]
+    fixed: tuple[str, ...]
+
+
+def resume_config(saved: dict, now: dict, default: dict, step: int, rules: ResumeRules, allow_change: bool,
+                  path: str) -> dict:
+    """The run config of a resumed run: the saved one with the changes this run makes. A changed key a
+    resume may not change is refused with one line; every accepted change is appended to
+    config["history"] with the step it takes effect from. default: the values of a key newer than the
+    saved config (the run ran with them)."""
+    changed = {}
+    for key, value in now.items():
+        old = saved.get(key, default[key])
+        if key in rules.not_compared or old == value:
+            continue
+        if key in rules.fixed or (key not in rules.may_change and not allow_change):
+            hint = ("the checkpoint's weights and state only fit its value" if key in rules.fixed else
+                    "pass the checkpoint's value, or --allow_config_change=True to go on with the new one")
+            raise SystemExit(f"resume: {key} changed: {path} has {key}={old!r}, this run {key}={value!r}; {hint}")
+        changed[key] = [old, value]
+    run_config = saved | {key: new for key, (_, new) in changed.items()}
+    if changed:
+        run_config["history"] = list(saved.get("history", [])) + [{"step": step, "changed": changed}]
+    return run_config
+
+
+# -----------------------------------------------------------------------------
+# a resume state that is a directory: complete or absent, never half
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def directory_files(path: str) -> list[str]:
+    """Every file under path (relative, sorted), the manifest excepted."""
+    found = [os.path.relpath(os.path.join(d, f), path) for d, _, files in os.walk(path) for f in files]
+    return sorted(f for f in found if f != MANIFEST)
+
+
+def write_manifest(path: str, info: dict) -> None:
+    """Write path/manifest.json last, once every file of the state is complete: `info` (step, config,
+    ...) and the sha256 of every file. Its presence marks the directory as complete."""
+    manifest = dict(info, files={name: file_sha256(os.path.join(path, name)) for name in directory_files(path)})
+    tmp = os.path.join(path, MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1)
+    os.replace(tmp, os.path.join(path, MANIFEST))
+
+
+def read_manifest(path: str) -> dict | None:
+    """path/manifest.json, or None when the state was written before manifests existed."""
+    try:
+        with open(os.path.join(path, MANIFEST)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        raise SystemExit(f"resume: {path}/{MANIFEST} is not readable JSON; the state is damaged") from None
+
+
+def verify_manifest(path: str, manifest: dict) -> None:
+    """Every file the manifest lists exists with its sha256, and no other file is there: else one line."""
+    files = directory_files(path)
+    listed = manifest["files"]
+    if sorted(listed) != files:
+        missing, extra = sorted(set(listed) - set(files)), sorted(set(files) - set(listed))
+        raise SystemExit(f"resume: {path} does not hold the files its manifest lists (missing {missing}, "
+                         f"unexpected {extra}); restore it from a copy or retrain")
+    for name in files:
+        if file_sha256(os.path.join(path, name)) != listed[name]:
+            raise SystemExit(f"resume: {os.path.join(path, name)} is corrupted: its contents do not match the sha256 "
+                             "checksum in the manifest; restore it from a copy or retrain")
+
+
+def swap_in(tmp: str, final: str) -> None:
+    """Make the complete directory `tmp` the new `final`: final -> final.old, tmp -> final, remove
+    final.old. A kill between the two renames leaves no `final`; recover() then finds the state."""
+    old = final + ".old"
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(final):
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover(final: str) -> None:
+    """After a kill between swap_in's renames there is no `final`: the complete `final.tmp` (it has its
+    manifest) is the newer state, else `final.old` the previous one. The other is then debris."""
+    if os.path.exists(final):
+        return
+    tmp, old = final + ".tmp", final + ".old"
+    for candidate in (tmp, old):
+        if os.path.isfile(os.path.join(candidate, MANIFEST)):
+            print(f"{final} is missing (a save was interrupted): using the complete {candidate}")
+            os.replace(candidate, final)
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(old, ignore_errors=True)
+            return
+
+
+# -----------------------------------------------------------------------------
+# data order and the metrics log
+
+
+class BatchOrder:
+    """Rows of each global batch: a fresh permutation per epoch that is a pure function of
+    (seed, epoch), so resuming needs only the sample position. A batch that crosses an epoch's end
+    takes the rest of that epoch and the start of the next: every row is seen once per epoch and none
+    is dropped. The current epoch's permutation is cached (3.8M rows take ~0.1 s to permute)."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch, self.perm = n, seed, -1, None
+
+    def rows(self, pos: int, batch_size: int) -> np.ndarray:
+        rows = []
+        while len(rows) < batch_size:
+            epoch, off = divmod(pos, self.n)
+            if epoch != self.epoch:
+                self.epoch, self.perm = epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n)
+            take = self.perm[off: off + batch_size - len(rows)]
+            rows.extend(take.tolist())
+            pos += len(take)
+        return np.asarray(rows)
+
+
+def drop_records_after(log_path: str, step: int) -> None:
+    """Forget the log lines of steps after the checkpoint: a run killed between two checkpoints logged
+    steps it is about to redo, and metrics.jsonl must list every step once."""
+    if not os.path.exists(log_path):
+        return
+    with open(log_path) as f:
+        lines = f.readlines()
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill mid-write
+        if record["step"] <= step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if kept != lines:
+        tmp = log_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(kept)
+        os.replace(tmp, log_path)  # a kill during the rewrite keeps the old log whole
+
+
+def append_record(log_path: str, record: dict) -> None:
+    with open(log_path, "a") as f:
+        f.write(json.dumps(record) + "\n")
