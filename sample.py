@@ -32,7 +32,7 @@ from sudoku import DIGIT0, MASK, N_CELLS
 from frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
 from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode, device_of, is_legal,
                            token_violations)
-from sudoku_report import (check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
+from sudoku_report import (NFE_AXES, check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
                            load_results, plot_pareto, tau_key)
 from sudoku_show import show_puzzle, write_boards
 
@@ -175,7 +175,8 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(k > 1 needs --state_noise > 0, else the k decodes are identical)")
     p.add_argument("--seed", type=int, default=0, help="seed of the state noise (sample j uses seed + j)")
     p.add_argument("--plot", default="", help="draw exact match vs NFE over the τ sweep into this PNG")
-    p.add_argument("--plot_nfe", default="mean_nfe", choices=("mean_nfe", "batch_nfe"), help="x axis of --plot")
+    p.add_argument("--plot_nfe", default="batch1_nfe", choices=tuple(NFE_AXES), help="x axis of --plot "
+                   "(default: Table 1's batch-1 count)")
     p.add_argument("--dump", default="", help="per-puzzle JSONL at --tau: question, answer, prediction, nfe, boards")
     args = p.parse_args(argv)
     if not args.ckpt and not args.results:

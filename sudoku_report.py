@@ -171,7 +171,11 @@ def method_styles(groups: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
     return styles
 
 
-def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
+NFE_AXES = {"batch1_nfe": "mean NFE, batch-1 count (Table 1's)", "batch512_nfe": "mean NFE, batch-512 count",
+            "batch_nfe": "mean NFE, batch count at --batch_size", "mean_nfe": "mean forwards run per puzzle"}
+
+
+def plot_pareto(entries: list[dict], path: str, nfe: str = "batch1_nfe") -> None:
     """Exact match vs NFE over the τ sweep, one curve per method, ±1 s.d. ribbons; one panel per cohort."""
     import matplotlib
     matplotlib.use("Agg")  # files only, no display needed
@@ -187,7 +191,7 @@ def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
             pts = []
             for t in taus:
                 ms = [e["results"][cohort][t] for e in group if t in e["results"].get(cohort, {})]
-                if not ms or ms[0]["exact_match"] is None:
+                if not ms or ms[0]["exact_match"] is None or any(m.get(nfe) is None for m in ms):  # older files
                     continue
                 x, xs = mean_sd([m[nfe] for m in ms])
                 y, ys = mean_sd([100 * m["exact_match"] for m in ms])
@@ -205,8 +209,7 @@ def plot_pareto(entries: list[dict], path: str, nfe: str = "mean_nfe") -> None:
             ax.fill_between(x, y - ys, y + ys, color=line.get_color(), alpha=0.2, linewidth=0)
             if xs.any():
                 ax.errorbar(x, y, xerr=xs, fmt="none", ecolor=line.get_color(), alpha=0.5)
-        ax.set_xlabel(("mean NFE per puzzle" if nfe == "mean_nfe" else "batch NFE (paper's count)")
-                      + "  (lower τ → more NFE)")
+        ax.set_xlabel(NFE_AXES[nfe] + "  (lower τ → more NFE)")
         ax.set_ylabel("exact match (%)")
         ax.set_title({"all": "unfiltered", "deduction_only": "deduction-only"}[cohort])
         ax.grid(alpha=0.3)
