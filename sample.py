@@ -164,9 +164,11 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="auto: bf16 autocast on CUDA (the authors' evaluation), fp32 elsewhere; or force one")
     p.add_argument("--out", default="", help="write all metrics and each checkpoint's run config as JSON")
     p.add_argument("--table", action="store_true", help="print Table-1-style rows at --tau")
-    p.add_argument("--frontier", action="store_true", help="accuracy at matched NFE (batch-1 count) over the "
+    p.add_argument("--frontier", action="store_true", help="accuracy at matched NFE (--frontier_nfe) over the "
                    "τ sweep, interpolated at --budgets, never extrapolated (paper Sec. 4.1)")
     p.add_argument("--budgets", type=_floats, default=AUTHORS_BUDGETS, help="NFE budgets of --frontier")
+    p.add_argument("--frontier_nfe", default="batch1_nfe,batch512_nfe", help="NFE bases of --frontier, comma-separated, "
+                   f"one table each: {', '.join(NFE_AXES)} (default: Table 1's count and the validation logs' count)")
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature of the confidences "
                    "the threshold rule reads (1 = the paper)")
     p.add_argument("--state_noise", type=float, default=0.0, help="s.d. of Gaussian noise added to the carried "
@@ -212,6 +214,9 @@ def check_sampler_args(args: argparse.Namespace) -> None:
                          "and the samples would be identical")
     if args.frontier and not args.budgets:
         raise SystemExit("--budgets: give one or more NFE budgets, e.g. --budgets=15,20,25,30")
+    args.frontier_nfe = [k.strip() for k in args.frontier_nfe.split(",") if k.strip()]
+    if not args.frontier_nfe or any(k not in NFE_AXES for k in args.frontier_nfe):
+        raise SystemExit(f"--frontier_nfe: give one or more of {', '.join(NFE_AXES)}, comma-separated")
 
 
 def load_checkpoints(spec: str, device: str, ema: bool) -> list[tuple[str, torch.nn.Module, dict]]:
@@ -376,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.table:
         print("\n" + format_table(entries, args.tau, args.batch_size))
     if args.frontier:
-        print("\n" + format_frontier(entries, args.budgets))
+        for nfe in args.frontier_nfe:
+            print("\n" + format_frontier(entries, args.budgets, nfe))
     if args.plot:
         plot_pareto(entries, args.plot, nfe=args.plot_nfe)
         print(f"wrote {args.plot}")

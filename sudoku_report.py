@@ -124,6 +124,10 @@ def format_table(entries: list[dict], tau: float, batch_size: int = 512) -> str:
     return "\n".join(lines)
 
 
+NFE_AXES = {"batch1_nfe": "mean NFE, batch-1 count (Table 1's)", "batch512_nfe": "mean NFE, batch-512 count",
+            "batch_nfe": "mean NFE, batch count at --batch_size", "mean_nfe": "mean forwards run per puzzle"}
+
+
 def entry_names(entries: list[dict]) -> list[str]:
     """A short unique name per checkpoint: its method and seed, or its path where those repeat."""
     names = [f"{e.get('label') or method_name(e['config'])} (seed {e['config'].get('seed', '?')})" for e in entries]
@@ -132,8 +136,9 @@ def entry_names(entries: list[dict]) -> list[str]:
 
 def format_frontier(entries: list[dict], budgets, nfe: str = "batch1_nfe") -> str:
     """Accuracy at matched NFE per cohort (frontier.compare): each checkpoint's τ sweep is a curve of
-    (mean NFE on Table 1's batch-1 basis, exact match), read at each budget by linear interpolation with
-    a binomial s.e.; a budget outside a curve's NFE range is reported as "outside", never extrapolated."""
+    (mean NFE on the `nfe` basis, exact match), read at each budget by linear interpolation with a
+    binomial s.e.; a budget outside a curve's NFE range is reported as "outside", never extrapolated.
+    nfe: a key of NFE_AXES, by default Table 1's batch-1 count."""
     out = []
     names = entry_names(entries)
     for cohort in ("all", "deduction_only"):
@@ -151,8 +156,8 @@ def format_frontier(entries: list[dict], budgets, nfe: str = "batch1_nfe") -> st
         if not curves:
             continue
         title = {"all": "unfiltered", "deduction_only": "deduction-only"}[cohort]
-        out += [f"Accuracy at matched NFE, {title} (exact match ± binomial s.e. at mean {nfe}, interpolated "
-                "along each τ sweep; \"outside\" = beyond the model's NFE range, not extrapolated)",
+        out += [f"Accuracy at matched NFE, {title}, on the {NFE_AXES[nfe]} (exact match ± binomial s.e., "
+                "interpolated along each τ sweep; \"outside\" = beyond the model's NFE range, not extrapolated)",
                 compare(curves, tuple(budgets)), "NFE range of each sweep: " + "; ".join(spans), ""]
     return "\n".join(out).rstrip() if out else "--frontier: no results with answers to read accuracy from"
 
@@ -169,10 +174,6 @@ def method_styles(groups: dict[str, list[dict]]) -> dict[str, tuple[str, str]]:
         seen[objective] = seen.get(objective, -1) + 1
         styles[name] = (colors[objective], ("-", "--", ":", "-.")[seen[objective] % 4])
     return styles
-
-
-NFE_AXES = {"batch1_nfe": "mean NFE, batch-1 count (Table 1's)", "batch512_nfe": "mean NFE, batch-512 count",
-            "batch_nfe": "mean NFE, batch count at --batch_size", "mean_nfe": "mean forwards run per puzzle"}
 
 
 def plot_pareto(entries: list[dict], path: str, nfe: str = "batch1_nfe") -> None:

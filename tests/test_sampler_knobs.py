@@ -171,4 +171,8 @@ def test_cli_frontier_is_one_command_over_the_authors_thresholds(tmp_path, capsy
     text = capsys.readouterr().out
     taus = json.loads(out.read_text())["checkpoints"][0]["results"]["all"]
     assert sorted(float(t) for t in taus) == sorted(AUTHORS_TAUS)
-    assert "Accuracy at matched NFE, unfiltered" in text and "| model | NFE 15.0 | NFE 20.0 | NFE 25.0 | NFE 30.0 |" in text
+    assert "| model | NFE 15.0 | NFE 20.0 | NFE 25.0 | NFE 30.0 |" in text
+    assert "Accuracy at matched NFE, unfiltered, on the mean NFE, batch-1 count (Table 1's)" in text
+    assert "Accuracy at matched NFE, unfiltered, on the mean NFE, batch-512 count" in text
+    with pytest.raises(SystemExit, match="--frontier_nfe: give one or more of"):
+        sample.main([f"--ckpt={ckpts[0]}", "--frontier", "--frontier_nfe=nfe"])
