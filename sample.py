@@ -283,7 +283,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise SystemExit(f"--{flag}={path} is a directory; give a file name")
 
 
-SAMPLER_KEYS = ("temperature", "state_noise", "samples_per_puzzle", "seed")  # recorded in --out, checked on merge
+SAMPLER_KEYS = ("temperature", "state_noise", "samples_per_puzzle", "seed")  # recorded per checkpoint entry
 
 
 def decode_samples(model: torch.nn.Module, questions: torch.Tensor, tau: float, args: argparse.Namespace,
@@ -355,7 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     if ckpts:
         print(metrics_header(w, args.samples_per_puzzle))
     for (path, model, config), label, name in zip(ckpts, labels, names):
-        entry = {"path": path, "label": label, "config": config, "results": {}}
+        entry = {"path": path, "label": label, "config": config, "results": {},
+                 "sampler": {k: getattr(args, k) for k in SAMPLER_KEYS}}
         for cohort, (q, a) in cohorts.items():
             entry["results"][cohort] = {}
             for tau in args.taus:

@@ -40,11 +40,27 @@ def method_name(config: dict) -> str:
     return f"{OBJECTIVE_NAMES.get(objective, objective)}, {tying}"
 
 
+DEFAULTS = {"temperature": 1.0, "state_noise": 0.0, "samples_per_puzzle": 1, "seed": 0}  # sample.py's sampler defaults
+
+
+def sampler_suffix(entry: dict) -> str:
+    """" [T=1.5, noise 1, k=8]" for an entry decoded with sampler knobs, "" at the paper's decoding (and for
+    entries written before the knobs existed)."""
+    knobs = DEFAULTS | entry.get("sampler", {})
+    parts = [f"T={knobs['temperature']:g}"] if knobs["temperature"] != 1.0 else []
+    if knobs["state_noise"] != 0.0:
+        parts.append(f"noise {knobs['state_noise']:g} seed {knobs['seed']}")
+    if knobs["samples_per_puzzle"] != 1:
+        parts.append(f"k={knobs['samples_per_puzzle']}")
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
 def group_by_method(entries: list[dict]) -> dict[str, list[dict]]:
-    """Checkpoints of one method are its seeds: same label (--labels), else same (objective, tying)."""
+    """Checkpoints of one method are its seeds: same label (--labels), else same (objective, tying), and
+    the same sampler knobs (another temperature is another row, never another seed)."""
     groups: dict[str, list[dict]] = {}
     for e in entries:
-        groups.setdefault(e.get("label") or method_name(e["config"]), []).append(e)
+        groups.setdefault((e.get("label") or method_name(e["config"])) + sampler_suffix(e), []).append(e)
     return groups
 
 
@@ -101,7 +117,9 @@ def format_table(entries: list[dict], tau: float, batch_size: int = 512) -> str:
     for name, group in group_by_method(entries).items():
         tied = group[0]["config"].get("tie_embeddings")
         tying = "?" if tied is None else ("tied" if tied else "untied")
-        objective = name if group[0].get("label") else name.rpartition(", ")[0]
+        objective = group[0].get("label") or OBJECTIVE_NAMES.get(group[0]["config"].get("objective", "?"),
+                                                                 group[0]["config"].get("objective", "?"))
+        objective += sampler_suffix(group[0])
         down = [e["path"] for e in group if collapsed_at(e, tau)]
         collapsed += down
         row = [objective, tying, str(len(group)) + (f" ({len(down)} collapsed)" if down else "")]
@@ -130,7 +148,8 @@ NFE_AXES = {"batch1_nfe": "mean NFE, batch-1 count (Table 1's)", "batch512_nfe":
 
 def entry_names(entries: list[dict]) -> list[str]:
     """A short unique name per checkpoint: its method and seed, or its path where those repeat."""
-    names = [f"{e.get('label') or method_name(e['config'])} (seed {e['config'].get('seed', '?')})" for e in entries]
+    names = [f"{e.get('label') or method_name(e['config'])}{sampler_suffix(e)} (seed {e['config'].get('seed', '?')})"
+             for e in entries]
     return [n if names.count(n) == 1 else e["path"] for n, e in zip(names, entries)]
 
 
@@ -246,9 +265,6 @@ def check_same_puzzles(where: str, source: dict | None, ref: dict | None) -> Non
                              "test sets are not seeds of one method")
 
 
-DEFAULTS = {"temperature": 1.0, "state_noise": 0.0, "samples_per_puzzle": 1, "seed": 0}  # sample.py's sampler defaults
-
-
 def load_results(spec: str, args: argparse.Namespace) -> tuple[list[dict], dict | None]:
     """Checkpoint entries of earlier --out files and their common data source; they must come from the
     same settings and the same puzzles (checked against this run's puzzles in main)."""
@@ -260,10 +276,10 @@ def load_results(spec: str, args: argparse.Namespace) -> tuple[list[dict], dict 
             found = saved["checkpoints"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise SystemExit(f"--results {path}: not a sample.py --out file ({type(e).__name__})") from None
-        for key in ("data", "n", "max_steps", "batch_size", "ema", "relay_carry",  # batch_nfe depends on batch_size
-                    "temperature", "state_noise", "samples_per_puzzle", "seed"):  # older files: the defaults
-            if saved.get(key, DEFAULTS.get(key)) != getattr(args, key, DEFAULTS.get(key)):
-                raise SystemExit(f"--results {path}: computed with {key}={saved.get(key, DEFAULTS.get(key))!r} but this run has "
+        # batch_nfe depends on batch_size; sampler knobs may differ (each entry records its own: sampler_suffix)
+        for key in ("data", "n", "max_steps", "batch_size", "ema", "relay_carry"):
+            if key in saved and saved[key] != getattr(args, key):
+                raise SystemExit(f"--results {path}: computed with {key}={saved[key]!r} but this run has "
                                  f"{key}={getattr(args, key)!r}; results from different settings do not compare")
         missing = [t for t in args.taus if not any(tau_key(t) in e["results"].get(c, {}) for e in found for c in e["results"])]
         if missing:

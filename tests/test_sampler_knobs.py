@@ -118,7 +118,9 @@ def test_pass_at_k_and_avg_at_k_by_hand():
 
 def test_cli_samples_per_puzzle_with_state_noise(tmp_path, capsys):
     """--state_noise with --samples_per_puzzle=3 on a relay checkpoint: the metrics line shows pass@3,
-    avg@3 and NFE@3; --out records the knobs, and a merge with other knobs is refused."""
+    avg@3 and NFE@3; --out records the knobs per checkpoint, and merged with a decode at the paper's
+    settings the same checkpoint is another row of the table, never another seed of the same row.
+    Catches: the knobs left out of the method grouping (tried: one row "2 seeds"; fails)."""
     from dataclasses import asdict
     model = tiny(relay=True, seed=2)
     ckpt = tmp_path / "r.pt"
@@ -129,12 +131,15 @@ def test_cli_samples_per_puzzle_with_state_noise(tmp_path, capsys):
     sample.main([f"--ckpt={ckpt}", *common, "--state_noise=1", "--samples_per_puzzle=3", f"--out={out}"])
     text = capsys.readouterr().out
     assert "pass@3" in text and "avg@3" in text and "NFE@3" in text
-    saved = json.loads(out.read_text())
-    assert (saved["state_noise"], saved["samples_per_puzzle"], saved["temperature"]) == (1.0, 3, 1.0)
-    m = saved["checkpoints"][0]["results"]["all"]["2.00"]
+    saved = json.loads(out.read_text())["checkpoints"][0]
+    assert saved["sampler"] == {"temperature": 1.0, "state_noise": 1.0, "samples_per_puzzle": 3, "seed": 0}
+    m = saved["results"]["all"]["2.00"]
     assert m["k"] == 3 and m["pass_at_k_nfe"] == pytest.approx(3 * m["batch1_nfe"])
-    with pytest.raises(SystemExit, match="state_noise=1.0 but this run has state_noise=0.0"):
-        sample.main([f"--results={out}", *common])
+    sample.main([f"--ckpt={ckpt}", f"--results={out}", *common, "--table"])
+    table = capsys.readouterr().out
+    # an untrained model: no legal board, hence flagged as collapsed
+    assert "| Relay | untied | 1 (1 collapsed) |" in table
+    assert "| Relay [noise 1 seed 0, k=3] | untied | 1 (1 collapsed) |" in table
 
 
 # ----------------------------------------------------------------------------- accuracy at matched NFE
