@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from sudoku import DIGIT0, MASK, N_CELLS
+from sudoku import MASK, N_CELLS
 from frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
 from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode, device_of, is_legal,
                            token_violations)
