@@ -475,7 +475,7 @@ class DecodeOutput:
     tokens: torch.Tensor  # (B, L) final tokens
     nfe: torch.Tensor  # (B,) forwards each row took: its loop steps, + 1 if it needed the final fill
     steps: torch.Tensor  # (B,) loop steps each row took part in (the final fill not counted)
-    batch_nfe: int  # loop iterations of the whole batch + 1 final forward = 1 + max(steps)
+    batch_nfe: int  # loop iterations of the whole batch + 1 final forward = 1 + max(steps); Table 1: steps + 1
 
 
 StepHook = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]
@@ -504,8 +504,9 @@ def decode(step_fn: StepFn, tokens: torch.Tensor, *, mask_id: int, tau: float = 
     on_step(step, rows, tokens, committed): called after each forward with its index (0, 1, ...;
         the final fill gets the next index), the (b,) batch indices of the rows that still had a cell
         to fill, their (b, L) tokens after the forward and the (b, L) bool cells it committed.
-    NFE: nfe counts each row's own forwards; batch_nfe = 1 + max(steps) is the count the paper's
-    Table 1 reports (every row of a batch charged for the batch's slowest row, plus a final forward).
+    NFE: nfe counts each row's own forwards; batch_nfe = 1 + max(steps) charges every row of the batch
+    for its slowest row, plus a final forward. The paper's Table 1 counts at batch size 1: steps + 1
+    per row (its authors' validation logs count batches of 512).
     Put the model in eval mode first (an nn.Module step_fn in training mode is an error).
     """
     if isinstance(step_fn, nn.Module) and step_fn.training:

@@ -3,17 +3,22 @@
     python sample.py --ckpt=out/relay --data=test --n=2000                 # τ sweep, metrics printed
     python sample.py --ckpt=out/mlm_s0,out/mlm_s1,out/relay_s0,out/relay_s1 \\
         --cohort=all,deduction_only --table --plot=pareto.png --out=results.json
+    python sample.py --ckpt=out/mlm_s1,out/relay_s1 --frontier                # accuracy at matched NFE budgets
+    python sample.py --ckpt=out/relay --temperature=1.5                     # a sampler knob; read it against NFE
+    python sample.py --ckpt=out/relay --state_noise=1 --samples_per_puzzle=8  # pass@8 and avg@8
     python sample.py --ckpt=out/relay --puzzle=4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......
 
 Decoding lives in sudoku_decode.py, Table 1 / the Pareto figure / merging of --out files in
 sudoku_report.py, the --puzzle viewer and --dump in sudoku_show.py.
 
-NFE is reported three ways (definitions and the Table 1 columns they match: docs/sudoku_metrics.md):
-  nfe         forward passes the puzzle itself took (finished puzzles leave the batch),
-  batch_nfe   the authors' count: loop iterations of the puzzle's batch + 1 final forward, i.e.
-              1 + the slowest puzzle of its batch. Depends on batch_size (Table 1 unfiltered: 512).
-  batch1_nfe  the same count at batch size 1: the puzzle's own loop steps + 1 final forward
-              (the basis of the authors' one-puzzle-at-a-time deduction-only runs).
+NFE is reported four ways (definitions and the Table 1 columns they match: docs/sudoku_metrics.md):
+  batch1_nfe    Table 1's count (both columns): the authors decoded one puzzle at a time, so a puzzle
+                costs its own loop steps + 1 final forward. Independent of --batch_size.
+  batch512_nfe  the authors' count in batches of 512 (their W&B validation logs): every puzzle is charged
+                1 + the slowest loop of its 512 (dataset order). Computed from the batch-1 counts, so
+                also independent of --batch_size.
+  batch_nfe     the same batch-level count as measured at --batch_size.
+  nfe           forward passes the puzzle itself took (finished puzzles leave the batch).
 """
 import argparse
 import json
@@ -23,13 +28,17 @@ import time
 import numpy as np
 import torch
 
-from sudoku import DIGIT0, MASK, N_CELLS
-from sudoku_decode import DTYPES, DecodeResult, check_questions, decode, token_violations
-from sudoku_report import check_same_puzzles, data_source, format_table, load_results, plot_pareto, tau_key
+from sudoku import MASK, N_CELLS
+from frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
+from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode, device_of, is_legal,
+                           token_violations)
+from sudoku_report import (NFE_AXES, check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
+                           load_results, plot_pareto, tau_key)
 from sudoku_show import show_puzzle, write_boards
 
 TAUS = (0.05, 0.10, 0.15, 0.20, 0.25)  # the paper's inference sweep
-METRIC_KEYS = ("exact_match", "token_accuracy", "mean_nfe", "batch_nfe", "batch1_nfe", "legal_rate",
+AUTHORS_BATCH = 512  # the batch size of the authors' validation (their batch-level NFE)
+METRIC_KEYS = ("exact_match", "token_accuracy", "mean_nfe", "batch_nfe", "batch1_nfe", "batch512_nfe", "legal_rate",
                "violations_final", "violations_rollout", "violating_snapshots", "cells_per_step", "n")
 
 
@@ -47,19 +56,14 @@ def violating_snapshots(trajectory: torch.Tensor) -> torch.Tensor:
     return (token_violations(flat) > 0).view(trajectory.shape[:-1]).sum(-1)
 
 
-def is_legal(tokens: torch.Tensor) -> torch.Tensor:
-    """(N, 81) -> (N,) bool: fully filled with digits 1..9 and no unit repeats a digit."""
-    filled = ((tokens >= DIGIT0 + 1) & (tokens <= DIGIT0 + 9)).all(1)
-    return filled & (token_violations(tokens) == 0)
-
-
 def score(questions: torch.Tensor, answers: torch.Tensor | None, result: DecodeResult) -> dict[str, float | None]:
     """The per-τ metrics of one decode. Exact match and token accuracy are None without answers.
 
     exact_match        fraction of puzzles whose 81 predicted ids all equal the answer
     token_accuracy     per puzzle, correct / non-clue cells, then the mean over puzzles
-    mean_nfe           mean per-puzzle forward passes; batch_nfe the paper's batch-level count
-    batch1_nfe         mean of the batch-level count at batch size 1 (own loop steps + 1)
+    mean_nfe           mean per-puzzle forward passes; batch_nfe the batch-level count at the decode's batch size
+    batch1_nfe         Table 1's count: mean of own loop steps + 1 (the batch-level count at batch size 1)
+    batch512_nfe       the batch-level count of batches of 512 in the given order, from the batch-1 counts
     legal_rate         fraction of final boards fully filled with 1..9 and no repeated digit in a unit
     violations_final   mean violation count (sudoku.count_violations_batch) of the final board
     violations_rollout mean over puzzles of that count summed over the boards after each forward
@@ -85,8 +89,31 @@ def score(questions: torch.Tensor, answers: torch.Tensor | None, result: DecodeR
     for key in ("violating_snapshots", "batch1_nfe"):
         value = getattr(result, key)
         m[key] = None if value is None else value.float().mean().item()
+    b1 = result.batch1_nfe
+    m["batch512_nfe"] = None if b1 is None else batch_level_nfe(b1, AUTHORS_BATCH).float().mean().item()
     m["cells_per_step"] = result.cells_per_step.mean().item()
     m["n"] = int(pred.size(0))
+    return m
+
+
+def score_samples(questions: torch.Tensor, answers: torch.Tensor | None,
+                  results: list[DecodeResult]) -> dict[str, float | None]:
+    """The metrics of k decodes of the same puzzles: score() of one decode; for k > 1 every metric is its
+    mean over the k samples, plus pass_at_k (fraction of puzzles solved by at least one sample), avg_at_k
+    (= the mean exact match) and pass_at_k_nfe (the batch-1 count summed over the k samples: pass@k's cost)."""
+    per_sample = [score(questions, answers, r) for r in results]
+    if len(results) == 1:
+        return per_sample[0]
+    m = {k: (None if per_sample[0][k] is None else sum(s[k] for s in per_sample) / len(per_sample))
+         for k in per_sample[0]}
+    m["n"] = per_sample[0]["n"]
+    m["k"] = len(results)
+    m["pass_at_k"] = m["avg_at_k"] = None
+    if answers is not None:
+        solved = torch.stack([(r.pred == answers.to(r.pred.device).long()).all(1) for r in results])  # (k, N)
+        m["pass_at_k"] = solved.any(0).float().mean().item()
+        m["avg_at_k"] = solved.float().mean().item()
+    m["pass_at_k_nfe"] = len(results) * m["batch1_nfe"]
     return m
 
 
@@ -125,18 +152,33 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "the paper used 2000")
     p.add_argument("--cohort", default="all", help="all | deduction_only | all,deduction_only "
                    "(deduction_only needs the derived strategies field)")
-    p.add_argument("--taus", type=_floats, default=TAUS, help="the τ sweep, comma-separated")
+    p.add_argument("--taus", type=_floats, default=None, help="the τ sweep, comma-separated (default "
+                   f"{','.join(map(str, TAUS))}; with --frontier the authors' {','.join(map(str, AUTHORS_TAUS))})")
     p.add_argument("--tau", type=float, default=0.15, help="the matched τ of --table, --dump and --puzzle")
     p.add_argument("--max_steps", type=int, default=64, help="decoding steps before the final fill-in forward")
-    p.add_argument("--batch_size", type=int, default=512, help="the paper's batch NFE assumes 512")
+    p.add_argument("--batch_size", type=int, default=512, help="puzzles per forward; only bNFE depends on it "
+                   "(Table 1's batch-1 count and the batch-512 count do not)")
     p.add_argument("--relay_carry", type=_bool, default=True, help="carry h between steps (relay models)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: bf16 autocast on CUDA (the authors' evaluation), fp32 elsewhere; or force one")
     p.add_argument("--out", default="", help="write all metrics and each checkpoint's run config as JSON")
     p.add_argument("--table", action="store_true", help="print Table-1-style rows at --tau")
+    p.add_argument("--frontier", action="store_true", help="accuracy at matched NFE (--frontier_nfe) over the "
+                   "τ sweep, interpolated at --budgets, never extrapolated (paper Sec. 4.1)")
+    p.add_argument("--budgets", type=_floats, default=AUTHORS_BUDGETS, help="NFE budgets of --frontier")
+    p.add_argument("--frontier_nfe", default="batch1_nfe,batch512_nfe", help="NFE bases of --frontier, comma-separated, "
+                   f"one table each: {', '.join(NFE_AXES)} (default: Table 1's count and the validation logs' count)")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature of the confidences "
+                   "the threshold rule reads (1 = the paper)")
+    p.add_argument("--state_noise", type=float, default=0.0, help="s.d. of Gaussian noise added to the carried "
+                   "relay state before each step (0 = the paper; relay checkpoints only)")
+    p.add_argument("--samples_per_puzzle", type=int, default=1, help="k decodes per puzzle: pass@k and avg@k "
+                   "(k > 1 needs --state_noise > 0, else the k decodes are identical)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the state noise (sample j uses seed + j)")
     p.add_argument("--plot", default="", help="draw exact match vs NFE over the τ sweep into this PNG")
-    p.add_argument("--plot_nfe", default="mean_nfe", choices=("mean_nfe", "batch_nfe"), help="x axis of --plot")
+    p.add_argument("--plot_nfe", default="batch1_nfe", choices=tuple(NFE_AXES), help="x axis of --plot "
+                   "(default: Table 1's batch-1 count)")
     p.add_argument("--dump", default="", help="per-puzzle JSONL at --tau: question, answer, prediction, nfe, boards")
     args = p.parse_args(argv)
     if not args.ckpt and not args.results:
@@ -147,13 +189,34 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     for c in args.cohort:
         if c not in ("all", "deduction_only"):
             raise SystemExit(f"--cohort: unknown cohort {c!r}; use all, deduction_only or all,deduction_only")
+    if args.taus is None:
+        args.taus = AUTHORS_TAUS if args.frontier else TAUS
     if not args.taus or any(t < 0 for t in args.taus) or args.tau < 0:
         raise SystemExit("--taus/--tau: give one or more thresholds >= 0, e.g. --taus=0.05,0.10,0.15")
     if args.tau not in args.taus:
         args.taus = tuple(sorted(args.taus + (args.tau,)))
     if args.n < 0 or args.batch_size < 1 or args.max_steps < 1:
         raise SystemExit("--n must be >= 0, --batch_size and --max_steps >= 1")
+    check_sampler_args(args)
     return args
+
+
+def check_sampler_args(args: argparse.Namespace) -> None:
+    """One-line refusals for sampler knobs that cannot mean what they say."""
+    if not 0 < args.temperature < float("inf"):
+        raise SystemExit(f"--temperature must be a finite number > 0, got {args.temperature}")
+    if not 0 <= args.state_noise < float("inf"):
+        raise SystemExit(f"--state_noise must be a finite number >= 0, got {args.state_noise}")
+    if args.samples_per_puzzle < 1:
+        raise SystemExit(f"--samples_per_puzzle must be >= 1, got {args.samples_per_puzzle}")
+    if args.samples_per_puzzle > 1 and args.state_noise == 0:
+        raise SystemExit("--samples_per_puzzle > 1 needs --state_noise > 0: decoding is otherwise deterministic "
+                         "and the samples would be identical")
+    if args.frontier and not args.budgets:
+        raise SystemExit("--budgets: give one or more NFE budgets, e.g. --budgets=15,20,25,30")
+    args.frontier_nfe = [k.strip() for k in args.frontier_nfe.split(",") if k.strip()]
+    if not args.frontier_nfe or any(k not in NFE_AXES for k in args.frontier_nfe):
+        raise SystemExit(f"--frontier_nfe: give one or more of {', '.join(NFE_AXES)}, comma-separated")
 
 
 def load_checkpoints(spec: str, device: str, ema: bool) -> list[tuple[str, torch.nn.Module, dict]]:
@@ -220,6 +283,48 @@ def check_output_paths(args: argparse.Namespace) -> None:
             raise SystemExit(f"--{flag}={path} is a directory; give a file name")
 
 
+SAMPLER_KEYS = ("temperature", "state_noise", "samples_per_puzzle", "seed")  # recorded per checkpoint entry
+
+
+def decode_samples(model: torch.nn.Module, questions: torch.Tensor, tau: float, args: argparse.Namespace,
+                   record: bool) -> list[DecodeResult]:
+    """--samples_per_puzzle decodes of the questions at τ with the sampler knobs; sample j draws its state
+    noise from a generator seeded with --seed + j (boards recorded for the first sample only)."""
+    out = []
+    for j in range(args.samples_per_puzzle):
+        gen = None
+        if args.state_noise > 0:
+            gen = torch.Generator(device=device_of(model, questions.device)).manual_seed(args.seed + j)
+        out.append(decode(model, questions, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
+                          relay_carry=args.relay_carry, record_boards=record and j == 0, progress=True,
+                          dtype=args.dtype, temperature=args.temperature, state_noise=args.state_noise,
+                          generator=gen))
+    return out
+
+
+def metrics_header(w: int, k: int) -> str:
+    # b1NFE: Table 1's batch-1 count; b512: the batch-512 count; bNFE: the batch count at --batch_size;
+    # vsnap: the authors' violating snapshots; vsum: violations summed over the boards (docs/sudoku_metrics.md)
+    head = (f"{'checkpoint':<{w}} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>7} {'b1NFE':>6} {'b512':>6} "
+            f"{'bNFE':>6} {'NFE':>6} {'legal%':>7} {'viol':>6} {'vsnap':>6} {'vsum':>7} {'cells/f':>7}")
+    return head + (f" {f'pass@{k}':>7} {f'avg@{k}':>7} {f'NFE@{k}':>7}" if k > 1 else "")
+
+
+def metrics_line(name: str, w: int, cohort: str, tau: float, m: dict) -> str:
+    """One row under metrics_header; a collapsed checkpoint (exact match and legal rate 0) says so."""
+    def pct(v):
+        return "n/a" if v is None else f"{100 * v:.2f}"
+    line = (f"{name:<{w}} {cohort:<14} {tau:5.2f} {pct(m['exact_match']):>7} {pct(m['token_accuracy']):>7} "
+            f"{m['batch1_nfe']:6.2f} {m['batch512_nfe']:6.2f} {m['batch_nfe']:6.2f} {m['mean_nfe']:6.2f} "
+            f"{100 * m['legal_rate']:7.2f} {m['violations_final']:6.2f} {m['violating_snapshots']:6.2f} "
+            f"{m['violations_rollout']:7.2f} {m['cells_per_step']:7.2f}")
+    if "k" in m:
+        line += f" {pct(m['pass_at_k']):>7} {pct(m['avg_at_k']):>7} {m['pass_at_k_nfe']:7.2f}"
+    if is_collapsed(m):
+        line += "  COLLAPSED (exact match 0, legal rate 0)"
+    return line
+
+
 def main(argv: list[str] | None = None) -> None:
     args = get_args(argv)
     check_output_paths(args)
@@ -237,34 +342,32 @@ def main(argv: list[str] | None = None) -> None:
         mine = data_source(args, cohorts)
         check_same_puzzles(f"--data={args.data}", mine, source)
         source = mine
+    if args.state_noise > 0:
+        for path, model, _ in ckpts:
+            if not (args.relay_carry and getattr(model.config, "relay", False)):
+                raise SystemExit(f"--state_noise: {path} carries no relay state (not a relay model, or "
+                                 "--relay_carry=False); there is nothing to perturb")
     dump = open(args.dump, "w") if args.dump else None
     entries = list(earlier)
     names = [f"{label} (seed {config.get('seed', '?')})" if label else os.path.join(*os.path.normpath(path).split(os.sep)[-2:])
              for (path, _, config), label in zip(ckpts, labels)]
     w = max(len(x) for x in names + ["checkpoint"])
     if ckpts:
-        # bNFE: batch-level count at --batch_size; b1NFE: at batch size 1; vsnap: the authors' violating
-        # snapshots; vsum: violations summed over the boards after each forward (docs/sudoku_metrics.md)
-        print(f"{'checkpoint':<{w}} {'cohort':<14} {'τ':>5} {'exact%':>7} {'tok%':>7} {'NFE':>6} {'bNFE':>6} "
-              f"{'b1NFE':>6} {'legal%':>7} {'viol':>6} {'vsnap':>6} {'vsum':>7} {'cells/f':>7}")
+        print(metrics_header(w, args.samples_per_puzzle))
     for (path, model, config), label, name in zip(ckpts, labels, names):
-        entry = {"path": path, "label": label, "config": config, "results": {}}
+        entry = {"path": path, "label": label, "config": config, "results": {},
+                 "sampler": {k: getattr(args, k) for k in SAMPLER_KEYS}}
         for cohort, (q, a) in cohorts.items():
             entry["results"][cohort] = {}
             for tau in args.taus:
                 record = dump is not None and tau == args.tau
                 t0 = time.time()
-                res = decode(model, q, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
-                             relay_carry=args.relay_carry, record_boards=record, progress=True, dtype=args.dtype)
-                m = score(q, a, res) | {"seconds": round(time.time() - t0, 3)}
+                results = decode_samples(model, q, tau, args, record)
+                m = score_samples(q, a, results) | {"seconds": round(time.time() - t0, 3)}
                 entry["results"][cohort][tau_key(tau)] = m
-                pct = lambda v: "n/a" if v is None else f"{100 * v:.2f}"  # noqa: E731
-                print(f"{name:<{w}} {cohort:<14} {tau:5.2f} {pct(m['exact_match']):>7} {pct(m['token_accuracy']):>7} "
-                      f"{m['mean_nfe']:6.2f} {m['batch_nfe']:6.2f} {m['batch1_nfe']:6.2f} {100 * m['legal_rate']:7.2f} "
-                      f"{m['violations_final']:6.2f} {m['violating_snapshots']:6.2f} {m['violations_rollout']:7.2f} "
-                      f"{m['cells_per_step']:7.2f}", flush=True)
+                print(metrics_line(name, w, cohort, tau, m), flush=True)
                 if record:
-                    write_boards(dump, path, cohort, tau, q, a, res)
+                    write_boards(dump, path, cohort, tau, q, a, results[0])
         entries.append(entry)
     if dump is not None:
         dump.close()
@@ -272,12 +375,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         meta = {k: getattr(args, k) for k in ("data", "n", "cohort", "taus", "tau", "max_steps", "batch_size",
-                                              "ema", "relay_carry", "device", "dtype")}
+                                              "ema", "relay_carry", "device", "dtype") + SAMPLER_KEYS}
         with open(args.out, "w") as f:
             json.dump(meta | {"data_source": source, "checkpoints": entries}, f, indent=1)
         print(f"wrote {args.out}")
     if args.table:
         print("\n" + format_table(entries, args.tau, args.batch_size))
+    if args.frontier:
+        for nfe in args.frontier_nfe:
+            print("\n" + format_frontier(entries, args.budgets, nfe))
     if args.plot:
         plot_pareto(entries, args.plot, nfe=args.plot_nfe)
         print(f"wrote {args.plot}")

@@ -3,6 +3,7 @@ use, and the per-step records behind sample.py's metrics.
 
     pred, nfe, batch_nfe = decode_boards(model, questions, tau=0.15)   # questions (N, 81) token ids
     res = decode(model, questions, tau=0.15, record_boards=True)       # + violations, boards per step
+    res = decode(model, questions, temperature=1.5)                    # a sampler knob (see sampler_knobs)
 
 Every step runs one forward pass on the current board, commits the cells `relay.confidence_unmask`
 selects (inclusive cumulative 1-c below τ, else the single most confident cell) with their argmax
@@ -14,7 +15,13 @@ then one final forward fills whatever is still masked.
 The model runs in eval mode (restored afterwards), by default (dtype="auto") under bf16 autocast on
 CUDA as in the authors' evaluation and in fp32 elsewhere (exactly reproducible); dtype="float32" or
 "bfloat16" chooses either on any device.
+
+Sampler knobs (not in the paper; its decoding is temperature 1 and no noise, the defaults here):
+temperature T divides the logits, so the confidences the threshold rule reads are softmax(logits / T)
+(the argmax is unchanged for T > 0); state_noise adds N(0, state_noise^2) to the carried relay state h
+before each step that receives one (relay models only; the first step's h_0 = 0 gets none).
 """
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -44,18 +51,50 @@ def autocast(device: torch.device, dtype: str = "auto"):
     return torch.autocast(device.type, dtype=torch.bfloat16) if uses_bf16(dtype, device.type) else nullcontext()
 
 
+def check_knobs(temperature: float, state_noise: float, carry: bool) -> None:
+    """ValueError unless temperature is finite and > 0 and state_noise finite and >= 0 (and, when > 0,
+    there is a carried state to perturb)."""
+    if not (0 < temperature < math.inf):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
+    if not (0 <= state_noise < math.inf):
+        raise ValueError(f"state_noise must be a finite number >= 0, got {state_noise}")
+    if state_noise > 0 and not carry:
+        raise ValueError("state_noise perturbs the carried relay state, but this decode carries none "
+                         "(not a relay model, or relay_carry=False)")
+
+
+def sampler_knobs(model: torch.nn.Module, temperature: float = 1.0, state_noise: float = 0.0,
+                  generator: torch.Generator | None = None):
+    """The model as a relay.decode step function with the sampler knobs applied; the model itself at the
+    defaults (temperature 1, no noise), so the paper's decoding runs exactly the unwrapped model."""
+    if temperature == 1.0 and state_noise == 0.0:
+        return model
+
+    def step(tokens: torch.Tensor, h: torch.Tensor | None = None):
+        if h is not None and state_noise > 0:  # h is None at the first step: h_0 = 0 stays exact
+            h = h + state_noise * torch.randn(h.shape, generator=generator, device=h.device, dtype=h.dtype)
+        logits, h_out = model(tokens, h)
+        return (logits.float() / temperature if temperature != 1.0 else logits), h_out
+    return step
+
+
 def decode_boards(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
                   batch_size: int = 512, relay_carry: bool = True, early_exit: bool = True,
-                  on_step: BoardHook | None = None, progress: bool = False, dtype: str = "auto"
+                  on_step: BoardHook | None = None, progress: bool = False, dtype: str = "auto",
+                  temperature: float = 1.0, state_noise: float = 0.0, generator: torch.Generator | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Decode (N, 81) questions in batches of batch_size with relay.decode at threshold tau.
 
     Returns CPU tensors pred (N, 81), nfe (N,) (each puzzle's own forwards) and batch_nfe (N,)
     (the paper's count: 1 + the slowest puzzle's loop steps in the puzzle's batch). on_step gets the
     puzzle indices into `questions` (on the model's device), not the indices within a batch.
+    temperature, state_noise: the sampler knobs (module docstring); generator draws the noise (on the
+    model's device; None = torch's global generator).
     """
     device = device_of(model, questions.device)
     carry = relay_carry and bool(getattr(getattr(model, "config", None), "relay", False))
+    check_knobs(temperature, state_noise, carry)
+    step_fn = sampler_knobs(model, temperature, state_noise, generator)
     amp = autocast(device, dtype)
     questions = questions.cpu()
     N = questions.size(0)
@@ -70,7 +109,7 @@ def decode_boards(model: torch.nn.Module, questions: torch.Tensor, tau: float = 
                           disable=None if progress else True, leave=False)
             for s in starts:
                 hook = None if on_step is None else (lambda k, rows, b, c, s=s: on_step(k, rows + s, b, c))
-                out = relay.decode(model, pred[s:s + batch_size].to(device), mask_id=MASK, tau=tau,
+                out = relay.decode(step_fn, pred[s:s + batch_size].to(device), mask_id=MASK, tau=tau,
                                    max_steps=max_steps, carry=carry, early_exit=early_exit, on_step=hook)
                 pred[s:s + batch_size] = out.tokens.cpu()
                 nfe[s:s + batch_size] = out.nfe.cpu()
@@ -87,6 +126,23 @@ def token_violations(tokens: torch.Tensor) -> torch.Tensor:
     """
     digits = tokens.long() - DIGIT0
     return count_violations_batch(torch.where((digits >= 1) & (digits <= 9), digits, 0))
+
+
+def batch_level_nfe(batch1_nfe: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """The authors' batch-level count from per-puzzle batch-1 counts (own loop steps + 1): every puzzle
+    of a batch of `batch_size` consecutive puzzles (dataset order) is charged 1 + the slowest one's loop
+    steps, i.e. the largest batch-1 count of its batch. Valid because decoding is batch-invariant: a
+    puzzle's boards, hence its loop steps, do not depend on the puzzles beside it."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return torch.cat([chunk.max().expand(len(chunk)) for chunk in batch1_nfe.split(batch_size)]) \
+        if batch1_nfe.numel() else batch1_nfe.clone()
+
+
+def is_legal(tokens: torch.Tensor) -> torch.Tensor:
+    """(N, 81) -> (N,) bool: fully filled with digits 1..9 and no unit repeats a digit."""
+    filled = ((tokens >= DIGIT0 + 1) & (tokens <= DIGIT0 + 9)).all(1)
+    return filled & (token_violations(tokens) == 0)
 
 
 @dataclass
@@ -118,7 +174,9 @@ def check_questions(questions: torch.Tensor) -> None:
 
 def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
            batch_size: int = 512, relay_carry: bool = True, early_exit: bool = True,
-           record_boards: bool = False, progress: bool = False, dtype: str = "auto") -> DecodeResult:
+           record_boards: bool = False, progress: bool = False, dtype: str = "auto",
+           temperature: float = 1.0, state_noise: float = 0.0, generator: torch.Generator | None = None
+           ) -> DecodeResult:
     """Fill the [MASK] cells of `questions` (N, 81) by confidence-threshold decoding.
 
     relay_carry: feed h_out back as the next step's h (relay models only; plain models never get h).
@@ -126,6 +184,7 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
     slowest puzzle is done, as the paper's code did (same boards and nfe, more compute).
     record_boards: keep every puzzle's board and commit mask after each forward (for --dump / --puzzle).
     dtype: "auto" (bf16 autocast on CUDA, fp32 elsewhere), "bfloat16" or "float32".
+    temperature, state_noise, generator: the sampler knobs (module docstring; defaults = the paper's).
     """
     check_questions(questions)
     if not tau >= 0:
@@ -152,7 +211,8 @@ def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, m
                 commits[r].append(commit[i])
 
     pred, nfe, batch_nfe = decode_boards(model, questions, tau, max_steps, batch_size, relay_carry, early_exit,
-                                         on_step=on_step, progress=progress, dtype=dtype)
+                                         on_step=on_step, progress=progress, dtype=dtype,
+                                         temperature=temperature, state_noise=state_noise, generator=generator)
     vio, snap, steps = vio.cpu(), snap.cpu(), steps.cpu()
     questions = questions.cpu()
     # cells actually filled per forward (a committed argmax of [MASK] leaves the cell open for later)

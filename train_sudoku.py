@@ -41,7 +41,7 @@ from model import ModelConfig, SudokuTransformer
 import relay
 import run_dir
 from relay import RolloutBuffer, draw_taus, mlm_loss, mlm_masking, rollout_loss
-from sudoku_decode import decode_boards
+from sudoku_decode import decode_boards, is_legal
 from sudoku import MASK
 import sudoku_data
 
@@ -76,6 +76,7 @@ class TrainConfig:
     buffer_init: str = "cold"  # cold (paper: refilled slots start all-masked) | staggered
     eval_tau: float = 0.15
     eval_max_steps: int = 64
+    stop_on_collapse: bool = False  # stop at a validation past warm-up with exact match and legal rate both 0
     # model
     n_layer: int = 4
     n_head: int = 6
@@ -305,7 +306,7 @@ def as_tensor(a) -> torch.Tensor:
 
 @torch.no_grad()
 def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.Tensor, cfg: TrainConfig) -> dict:
-    """Exact match and NFE of confidence decoding at eval_tau (sudoku_decode.decode_boards)."""
+    """Exact match, legal rate and NFE of confidence decoding at eval_tau (sudoku_decode.decode_boards)."""
     pred, nfe, batch_nfe = decode_boards(model, questions.long(), tau=cfg.eval_tau, max_steps=cfg.eval_max_steps,
                                          batch_size=cfg.eval_batch_size, relay_carry=True)
     nfe, batch_nfe = nfe.float(), batch_nfe.float()
@@ -313,7 +314,20 @@ def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.T
     exact = right.all(1).float().mean().item()
     # blanks filled correctly, per puzzle then averaged: moves long before exact match does
     token_acc = ((right & blank).sum(1) / blank.sum(1).clamp(min=1)).mean().item()
-    return {"exact": exact, "token_acc": token_acc, "nfe": nfe.mean().item(), "batch_nfe": batch_nfe.mean().item()}
+    legal = is_legal(pred).float().mean().item()  # 0 together with exact: a collapsed run (collapse_message)
+    return {"exact": exact, "token_acc": token_acc, "nfe": nfe.mean().item(), "batch_nfe": batch_nfe.mean().item(),
+            "legal": legal}
+
+
+def collapse_message(metrics: dict, cfg: TrainConfig) -> str | None:
+    """The loud line for a collapsed run, or None: past warm-up, a validation with exact match and legal rate
+    both 0. Runs of the paper's setup that collapsed (4 of 48 known tied 300k-step runs) sat there from their
+    first validation on and never recovered, so the first such validation is worth announcing."""
+    if metrics.get("step", 0) < cfg.warmup_iters or metrics.get("exact") != 0 or metrics.get("legal") != 0:
+        return None
+    then = "stopping (stop_on_collapse=True)" if cfg.stop_on_collapse else "--stop_on_collapse=True stops such runs"
+    return (f"!!! COLLAPSED at step {metrics['step']}: validation exact match 0 and legal rate 0 past warm-up; "
+            f"such runs do not recover, restart with another seed; {then} !!!")
 
 
 def rng_state(gen: torch.Generator, device: str) -> dict:
@@ -646,6 +660,17 @@ def evaluate(run: Run) -> dict:
     return validate(m, run.val_q, run.val_a, run.cfg)
 
 
+def stop_if_collapsed(run: Run, metrics: dict) -> bool:
+    """Announce a collapsed run (collapse_message); True when it should stop (every rank decides alike)."""
+    message = collapse_message(metrics, run.cfg) if run.master else None
+    if message:
+        print(message, file=sys.stderr, flush=True)
+    stop = torch.tensor(float(bool(message) and run.cfg.stop_on_collapse), device=run.device if run.ddp else "cpu")
+    if run.ddp:  # only the master validates; the others follow its decision
+        dist.broadcast(stop, 0)
+    return bool(stop)
+
+
 def save(run: Run, metrics: dict) -> None:
     """out_dir/ckpt.pt: everything a bit-exact resume needs, every rank's RNG and rollout buffer included."""
     buffer = run.buffer
@@ -718,9 +743,11 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
                 if "exact" in metrics:
                     print(f"step {step} | val exact {metrics['exact']:.4f} | token acc {metrics['token_acc']:.4f} | "
                           f"nfe {metrics['nfe']:.2f} | "
-                          f"batch nfe {metrics['batch_nfe']:.2f} | {time.time() - t_eval:.1f} s", flush=True)
+                          f"batch nfe {metrics['batch_nfe']:.2f} | legal {metrics['legal']:.4f} | "
+                          f"{time.time() - t_eval:.1f} s", flush=True)
                     log(run, {f"val/{k}" if k != "step" else k: v for k, v in metrics.items()})
             save(run, metrics)
+            done = stop_if_collapsed(run, metrics) or done
         if log_now or eval_now:
             t0 = time.time()  # evaluation, logging and saving do not count as training time
     if run.ddp:

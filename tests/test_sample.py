@@ -376,7 +376,8 @@ def test_cli_writes_json_table_plot_and_dump(tmp_path, capsys):
     assert first["question"] == open(data).read().splitlines()[1].split(",")[0]
     assert plot.stat().st_size > 1000
     table = capsys.readouterr().out
-    assert "| MLM | untied | 2 |" in table and "| Relay | untied | 2 |" in table
+    # a constant digit never makes a legal board: these stand-ins are flagged as collapsed
+    assert "| MLM | untied | 2 (2 collapsed) |" in table and "| Relay | untied | 2 (2 collapsed) |" in table
 
 
 def test_cli_merges_earlier_results_without_decoding_again(tmp_path, capsys):
@@ -392,7 +393,7 @@ def test_cli_merges_earlier_results_without_decoding_again(tmp_path, capsys):
                  f"--plot={tmp_path / 'p.png'}"])
     out = capsys.readouterr().out
     assert json.loads(merged.read_text())["checkpoints"] == both  # copied, not recomputed
-    assert "| MLM | untied | 2 |" in out and "| Relay | untied | 2 |" in out and (tmp_path / "p.png").exists()
+    assert "| MLM | untied | 2 (2 collapsed) |" in out and "| Relay | untied | 2 (2 collapsed) |" in out and (tmp_path / "p.png").exists()
     with pytest.raises(SystemExit, match="n=4 but this run has n=3"):
         sample.main([f"--results={merged}", f"--data={data}", "--n=3", "--taus=0.05,0.15"])
     with pytest.raises(SystemExit, match="batch_size=3 but this run has batch_size=512"):

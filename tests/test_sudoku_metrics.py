@@ -3,6 +3,8 @@ deduction-only column, and --table's column order (definitions: docs/sudoku_metr
 
     python -m pytest tests/test_sudoku_metrics.py -q
 """
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -133,24 +135,157 @@ def test_batch1_nfe_equals_the_batch_count_of_one_puzzle_at_a_time(device):
     assert not torch.equal(res.batch1_nfe, res.batch_nfe) and not torch.equal(res.batch1_nfe, res.nfe)
 
 
+def table_entry(path="r", seed=1, all_=(0.6, 7.0, 5.0, 9.0), ded=(0.75, 8.0, 6.0, 10.0), legal=0.5):
+    def metrics(em, bnfe, b1nfe, b512):
+        return {k: 0.5 for k in sample.METRIC_KEYS} | {"exact_match": em, "batch_nfe": bnfe, "batch1_nfe": b1nfe,
+                                                       "batch512_nfe": b512, "mean_nfe": 1.0, "legal_rate": legal,
+                                                       "violating_snapshots": 0.9, "violations_rollout": 2.5, "n": 2000}
+    return {"path": path, "config": {"objective": "relay", "tie_embeddings": True, "seed": seed},
+            "results": {"all": {"0.15": metrics(*all_)}, "deduction_only": {"0.15": metrics(*ded)}}}
+
+
+def table_cells(entries, batch_size=512):
+    head, _, row = sudoku_report.format_table(entries, 0.15, batch_size).splitlines()[:3]
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    return cols, [c.strip() for c in row.strip("|").split("|")]
+
+
 def test_table_columns_follow_table_1():
     """--table starts with Table 1's columns in its order (Acc and Mean NFE unfiltered, then deduction-only),
-    the unfiltered NFE on the batch-512 count and the deduction-only NFE on the batch-1 count; the
-    authors' violating snapshots and our summed violations follow under their own names.
-    Catches: the columns in another order or a Mean NFE column on the wrong basis (tried: swapped bases)."""
-    def metrics(em, bnfe, b1nfe):
-        return {k: 0.5 for k in sample.METRIC_KEYS} | {"exact_match": em, "batch_nfe": bnfe, "batch1_nfe": b1nfe,
-                                                       "mean_nfe": 1.0, "violating_snapshots": 0.9,
-                                                       "violations_rollout": 2.5, "n": 2000}
-    entry = {"path": "r", "config": {"objective": "relay", "tie_embeddings": True, "seed": 1},
-             "results": {"all": {"0.15": metrics(0.6, 7.0, 5.0)}, "deduction_only": {"0.15": metrics(0.75, 8.0, 6.0)}}}
-    head, _, row = sudoku_report.format_table([entry], 0.15).splitlines()[:3]
-    cols = [c.strip() for c in head.strip("|").split("|")]
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cols[:7] == ["Objective", "Tying", "seeds", "Acc (%) unfiltered", "Mean NFE unfiltered (batch-512 count)",
+    both NFE columns on Table 1's basis, the batch-1 count (the authors decoded one puzzle at a time); the
+    batch-512 count of their validation logs, the authors' violating snapshots and our summed violations
+    follow under their own names.
+    Catches: the columns in another order or a Mean NFE column on the wrong basis (tried: the unfiltered
+    column on the batch count at --batch_size, as before this basis was settled; fails)."""
+    cols, cells = table_cells([table_entry()])
+    assert cols[:7] == ["Objective", "Tying", "seeds", "Acc (%) unfiltered", "Mean NFE unfiltered (batch-1 count)",
                         "Acc (%) deduction-only", "Mean NFE deduction-only (batch-1 count)"]
-    assert cells[:7] == ["Relay", "tied", "1", "60.00", "7.00", "75.00", "6.00"]
+    assert cells[:7] == ["Relay", "tied", "1", "60.00", "5.00", "75.00", "6.00"]
     named = dict(zip(cols, cells))
+    assert named["NFE unfiltered (batch-512 count)"] == "9.00" and named["NFE deduction-only (batch-512 count)"] == "10.00"
     assert named["Violating snapshots deduction-only"] == "0.90"
     assert named["Violations summed over boards deduction-only"] == "2.50"
     assert named["Legal (%) deduction-only"] == "50.00"
+
+
+def test_table_reads_older_results_and_flags_collapsed_seeds():
+    """A results file older than the batch512_nfe key shows its batch count as the batch-512 count only if it
+    was decoded at batch 512 (n/a otherwise); a seed with exact match and legal rate 0 is counted as
+    collapsed in the seeds cell and named below the table (still in the means).
+    Catches: an older file's batch-64 count shown as the batch-512 count, and a collapsed seed not flagged
+    (is_collapsed reading only the exact match, so a 0%-accurate but legal seed is flagged: both tried, fail)."""
+    old = table_entry()
+    for r in old["results"].values():
+        del r["0.15"]["batch512_nfe"]
+    assert dict(zip(*table_cells([old], 512)))["NFE unfiltered (batch-512 count)"] == "7.00"
+    assert dict(zip(*table_cells([old], 64)))["NFE unfiltered (batch-512 count)"] == "n/a"
+    down = table_entry("runs/s2", 2, (0.0, 64.0, 65.0, 65.0), (0.0, 64.0, 65.0, 65.0), legal=0.0)
+    poor = table_entry("runs/s3", 3, (0.0, 64.0, 65.0, 65.0), (0.0, 64.0, 65.0, 65.0), legal=0.1)
+    table = sudoku_report.format_table([table_entry(), down, poor], 0.15)
+    assert "| Relay | tied | 3 (1 collapsed) |" in table
+    assert table.splitlines()[-1] == "COLLAPSED (exact match 0 and legal rate 0, included in the means): runs/s2"
+
+
+# ----------------------------------------------------------------------------- Table 1's batch-1 count
+
+def plain_one_puzzle_loop(model, question: torch.Tensor, tau: float, max_steps: int) -> tuple[torch.Tensor, int]:
+    """The independent reference: one puzzle decoded alone, written from the paper's rule (Sec. 4.1,
+    App. A.1.3) with Python lists: sort the masked cells' 1 - c ascending, commit while the inclusive
+    running sum stays strictly below τ, else the single most confident cell; write the argmax over the
+    whole vocabulary; carry h. Returns (final board, the authors' count = loop steps + 1 final forward)."""
+    x, h, steps = question.clone(), None, 0
+    with torch.no_grad():
+        for _ in range(max_steps):
+            masked = [i for i in range(81) if x[i] == MASK]
+            if not masked:
+                break
+            logits, h = model(x[None], h if model.config.relay else None)
+            probs = logits[0].double().softmax(-1)
+            conf = {i: probs[i].max().item() for i in masked}
+            chosen, total = [], 0.0
+            for i in sorted(masked, key=lambda i: 1 - conf[i]):
+                total += 1 - conf[i]
+                if total >= tau:
+                    break
+                chosen.append(i)
+            chosen = chosen or [max(masked, key=lambda i: conf[i])]
+            for i in chosen:
+                x[i] = logits[0, i].argmax()
+            steps += 1
+        if (x == MASK).any():
+            logits, _ = model(x[None], h if model.config.relay else None)
+            x = torch.where(x == MASK, logits[0].argmax(-1), x)
+    return x, steps + 1
+
+
+def real_puzzles(n: int, seed: int) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    qs = []
+    for k in range(n):
+        q = solved(seed + k).copy()
+        q[rng.random(81) < rng.uniform(0.1, 0.5)] = 0
+        qs.append(digits_to_tokens(q))
+    return torch.tensor(np.array(qs))
+
+
+def tiny_relay(seed: int = 0):
+    from model import ModelConfig, SudokuTransformer
+    torch.manual_seed(seed)
+    return SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, dropout=0.0, relay=True)).eval()
+
+
+def test_batch1_count_equals_a_plain_one_puzzle_at_a_time_loop():
+    """Table 1's NFE (both columns) is per puzzle at batch 1. sample.score's batch1_nfe, from one batched
+    decode at batch size 3 (early exit, relay carry), equals the mean count of a plain loop that decodes
+    each puzzle alone, and so do the boards. τ = 2.5 makes a real tiny relay model (confidences ~ 0.1)
+    commit a varying number of cells per step.
+    Catches: batch1_nfe without its final forward, the batch-3 count in its place, and a relay carry that
+    mixes rows (each tried: fails)."""
+    model, q = tiny_relay(), real_puzzles(7, 20)
+    tau, max_steps = 2.5, 64
+    res = sudoku_decode.decode(model, q, tau=tau, max_steps=max_steps, batch_size=3, dtype="float32")
+    alone = [plain_one_puzzle_loop(model, q[i], tau, max_steps) for i in range(len(q))]
+    assert torch.equal(res.pred, torch.stack([board for board, _ in alone]))
+    assert res.batch1_nfe.tolist() == [count for _, count in alone]
+    assert len({count for _, count in alone}) > 2  # the puzzles differ, so a batch count would not match
+    m = sample.score(q, None, res)
+    assert m["batch1_nfe"] == pytest.approx(np.mean([count for _, count in alone]))
+
+
+def test_batch_level_count_from_batch1_counts_equals_the_measured_one():
+    """batch_level_nfe(batch1 counts, b) equals the batch count decode measures at batch size b (every
+    puzzle charged 1 + the slowest loop of its b consecutive puzzles); score's batch512_nfe is that at 512.
+    Catches: the max taken over all puzzles instead of per batch (tried: fails)."""
+    model, q = hashed_model(), real_puzzles(10, 40)
+    alone = sudoku_decode.decode(model, q, tau=0.3, batch_size=1)
+    for b in (3, 4):
+        measured = sudoku_decode.decode(model, q, tau=0.3, batch_size=b).batch_nfe
+        assert torch.equal(sudoku_decode.batch_level_nfe(alone.batch1_nfe, b), measured), b
+    assert len(set(sudoku_decode.batch_level_nfe(alone.batch1_nfe, 4).tolist())) > 1
+    expect = sudoku_decode.decode(model, q, tau=0.3, batch_size=512).batch_nfe.float().mean().item()
+    assert sample.score(q, None, alone)["batch512_nfe"] == pytest.approx(expect)
+
+
+def test_table_nfe_columns_do_not_change_with_batch_size(tmp_path, capsys):
+    """sample.py --table prints the same Table 1 NFE (batch-1 count) and batch-512 count at --batch_size=1
+    and --batch_size=4, while the measured batch count (bNFE) does change with it.
+    Catches: the table's Mean NFE column read from the batch count at --batch_size (tried: fails)."""
+    from dataclasses import asdict
+    model = tiny_relay(1)
+    ckpt = tmp_path / "relay.pt"
+    torch.save({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
+                "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, ckpt)
+    q = real_puzzles(6, 60)
+    from sudoku import format_board, tokens_to_digits
+    data = tmp_path / "p.csv"
+    data.write_text("question\n" + "".join(format_board(tokens_to_digits(x.numpy())) + "\n" for x in q))
+    tables, jsons = [], []
+    for b in (1, 4):
+        out = tmp_path / f"r{b}.json"
+        sample.main([f"--ckpt={ckpt}", f"--data={data}", "--n=6", "--taus=2.5", "--tau=2.5", f"--batch_size={b}",
+                     "--table", "--device=cpu", f"--out={out}"])
+        text = capsys.readouterr().out
+        tables.append(text[text.index("| Objective"):].splitlines()[2])
+        jsons.append(json.loads(out.read_text())["checkpoints"][0]["results"]["all"]["2.50"])
+    assert tables[0] == tables[1]
+    assert jsons[0]["batch_nfe"] != jsons[1]["batch_nfe"]

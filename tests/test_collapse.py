@@ -1,0 +1,55 @@
+"""A collapsed training run announced at its first validation past warm-up (exact match and legal rate
+both 0), and stopped there with --stop_on_collapse=True. Paper-setup runs that collapsed sat at 0 / 0
+from their first validation on (docs/sudoku_metrics.md).
+
+    python -m pytest tests/test_collapse.py -q
+"""
+import json
+import os
+
+import pytest
+import torch
+
+import train_sudoku as ts
+from configurator import load_config
+from test_train_sudoku import TINY, TRAIN, VAL
+
+
+def cfg(*args):
+    return load_config(ts.TrainConfig, TINY + ["--out_dir=unused", *args])
+
+
+@pytest.mark.parametrize("metrics, warmup, announced", [
+    ({"step": 10, "exact": 0.0, "legal": 0.0}, 10, True),     # the first validation past warm-up
+    ({"step": 9, "exact": 0.0, "legal": 0.0}, 10, False),     # still warming up: untrained models are all 0
+    ({"step": 10, "exact": 0.0, "legal": 0.01}, 10, False),   # legal boards: learning, just not solving yet
+    ({"step": 10, "exact": 0.01, "legal": 0.0}, 10, False),
+    ({"step": 10}, 10, False),                                # validation off: nothing to judge
+])
+def test_collapse_message_only_past_warmup_at_zero_exact_and_legal(metrics, warmup, announced):
+    """Catches: the warm-up ignored, and a run with legal boards (but no exact match) called collapsed
+    (each tried: fails)."""
+    message = ts.collapse_message(metrics, cfg(f"--warmup_iters={warmup}"))
+    assert (message is not None) == announced
+    if announced:
+        assert "COLLAPSED at step 10" in message and "\n" not in message
+
+
+def test_a_run_made_to_collapse_is_announced_at_its_first_validation_and_stopped(tmp_path, capsys):
+    """Learning rate 10 (far too high; grad_clip only bounds the gradient, Adam's step is lr-sized) wrecks
+    the tiny model within warm-up: the first validation past it (step 4) has exact match and legal rate 0,
+    prints one loud line, logs val/legal, and --stop_on_collapse=True ends the run there (of 40 steps).
+    At this scale a healthy run is also at 0 / 0 at step 4 (an untrained model fills no legal board), so this
+    checks the announcement, the log and the stop; which validations count is the test above.
+    Catches: the stop flag not ending the loop, and val/legal missing from the log (both tried: fail)."""
+    out = tmp_path / "run"
+    args = [f"--out_dir={out}", "--learning_rate=10", "--max_iters=40", "--eval_interval=4", "--objective=mlm",
+            "--ema_decay=0", "--stop_on_collapse=True"]
+    ts.train(load_config(ts.TrainConfig, TINY + args), TRAIN, VAL)
+    err = capsys.readouterr().err
+    assert err.count("COLLAPSED") == 1 and "COLLAPSED at step 4:" in err
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), map_location="cpu", weights_only=True)
+    assert ckpt["step"] == 4
+    records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    vals = [r for r in records if "val/exact" in r]
+    assert len(vals) == 1 and vals[0]["val/legal"] == 0.0 and vals[0]["val/exact"] == 0.0
