@@ -21,7 +21,7 @@ import pandas as pd
 
 import sudoku
 from puzzle_files import digits_to_strings, strings_to_digits
-from sudoku_symmetry import apply_symmetry, equivalent, invariant_keys, random_symmetry
+from sudoku_symmetry import apply_symmetry, invariant_keys, random_symmetry
 
 LARSDOKU_COLLECTIONS = ("fn_fc_day1", "fn_fc_day2", "dr_d2b_mega", "unsolvable_combo", "killer_combo")
 INSTALL = "pip install larsdoku==4.0.0 (AGPL-3.0-or-later; read at run time, never copied into this repository)"
@@ -91,17 +91,6 @@ def classes(questions: np.ndarray) -> list[list[int]]:
     for i, key in enumerate(invariant_keys(questions)):
         groups[key].append(i)
     return list(groups.values())
-
-
-def equivalent_to_any(questions: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """Boolean mask over `questions`: True where the puzzle is a symmetric copy of one of `others`."""
-    by_key = defaultdict(list)
-    for j, key in enumerate(invariant_keys(others)):
-        by_key[key].append(j)
-    hit = np.zeros(len(questions), dtype=bool)
-    for i, key in enumerate(invariant_keys(questions)):
-        hit[i] = any(equivalent(others[j], questions[i]) for j in by_key.get(key, ()))
-    return hit
 
 
 def split_by_class(frame: pd.DataFrame, sizes: dict[str, int | None], seed: int) -> dict[str, pd.DataFrame]:
