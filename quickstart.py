@@ -1,7 +1,7 @@
 """Quick start: the reference MLM and Relay Sudoku models on hard puzzles, their accuracy-NFE frontier
 as one table and one figure.
 
-    python quickstart.py                 # about 3 minutes on a 2-core CPU; writes out/quickstart/
+    python quickstart.py                 # 144 s on an idle 2-core CPU; writes out/quickstart/
     python quickstart.py --models=easy   # the same for the earlier pair, trained on the easy generated mix
 
 reference/hard_mlm.safetensors and reference/hard_relay.safetensors are the EMA weights of two
