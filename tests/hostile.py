@@ -26,8 +26,9 @@ WRONG = "def add(x, y):\n    return x - y\n"
 RIGHT = "def add(x, y):\n    return x + y\n"
 
 
-def _alive(tok: str) -> bool:
-    """A live (not zombie) process whose command line holds `tok`."""
+def live(tok: str) -> list[int]:
+    """Host pids of live (not zombie) processes whose command line holds `tok` (test_sandbox.py uses it too)."""
+    pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -35,10 +36,10 @@ def _alive(tok: str) -> bool:
                     continue
             with open(f"/proc/{pid}/stat") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    return True
+                    pids.append(int(pid))
         except OSError:
             continue
-    return False
+    return pids
 
 
 def _programs(scratch: str, port: int, tok: str, secret: str) -> dict[str, str]:
@@ -91,9 +92,9 @@ def _side_effects(verdicts: dict[str, bool], scratch: str, server: socket.socket
         received = b""
     server.close()
     held = {"write outside": not os.path.exists(os.path.join(scratch, "outside.txt")),
-            "setsid grandchild writes later": not os.path.exists(os.path.join(scratch, "late.txt")) and not _alive(tok),
+            "setsid grandchild writes later": not os.path.exists(os.path.join(scratch, "late.txt")) and not live(tok),
             "socket to 127.0.0.1": received == b"",
-            "forked child outlives the program": not _alive(tok + "9")}
+            "forked child outlives the program": not live(tok + "9")}
     # the harness survived "kill the parent" by getting here; the environ case holds if it did not pass
     return {case: {"passed": passed, "contained": held.get(case, case == "control" or not passed)}
             for case, passed in verdicts.items()}

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import sandbox
+from hostile import live  # the one process finder, shared with the hostile-programs script
 
 
 
@@ -55,22 +56,6 @@ def io(solution: str, mode: str, memory_gb: float = 1.0) -> tuple[bool, str]:
 
 def token() -> str:
     return str(random.randrange(10**8, 10**9))
-
-
-def live(tok: str) -> list[int]:
-    """Host pids of live (not zombie) processes whose command line holds `tok`."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if tok.encode() not in f.read():
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    pids.append(int(pid))
-        except OSError:
-            continue
-    return pids
 
 
 def gone(tok: str, grace: float = 1.0) -> bool:
