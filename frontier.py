@@ -93,8 +93,7 @@ def compare(curves: dict[str, list[Point]], budgets: tuple[float, ...] | list[fl
     return "\n".join(lines)
 
 
-def plot(curves: dict[str, list[list[Point]]], colors: dict[str, str], ax, budgets: int = 25,
-         linestyles: dict[str, str] | None = None) -> None:
+def plot(curves: dict[str, list[list[Point]]], colors: dict[str, str], ax, budgets: int = 25) -> None:
     """One curve per model on a matplotlib axis: the mean over seeds at budgets covered by every seed, and a
     ribbon of ± one s.d. over seeds (one seed: ± its binomial s.e.); each seed's own points as dots."""
     for name, seeds in curves.items():
@@ -107,9 +106,24 @@ def plot(curves: dict[str, list[list[Point]]], colors: dict[str, str], ax, budge
         at = [across_seeds(seeds, b) for b in grid]
         mean, spread = [100 * m for m, _ in at], [100 * s for _, s in at]
         label = f"{name} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
-        ax.plot(grid, mean, (linestyles or {}).get(name, "-"), color=color, label=label)
+        ax.plot(grid, mean, "-", color=color, label=label)
         ax.fill_between(grid, [m - s for m, s in zip(mean, spread)], [m + s for m, s in zip(mean, spread)],
                         color=color, alpha=0.2)
     ax.set(xlabel="mean NFE per puzzle (forward passes)", ylabel="exact match (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def plot_panels(panels: dict[str, dict[str, list[list[Point]]]], colors: dict[str, str], title: str, path: str) -> None:
+    """One `plot` panel per puzzle set ({panel title: {model: seeds' curves}}) in a row, saved as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (name, curves) in zip(axes[0], panels.items()):
+        plot(curves, colors, ax)
+        ax.set_title(name)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -89,18 +89,10 @@ def report(results: dict[str, dict[str, list[dict]]]) -> str:
 
 
 def plot(results: dict[str, dict[str, list[dict]]], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.2), squeeze=False)
-    for ax, (name, by_model) in zip(axes[0], results.items()):
-        frontier.plot({m: [curve(points)] for m, points in by_model.items()}, COLORS, ax)
-        n = next(iter(by_model.values()))[0]["n"]
-        ax.set_title(f"{name} ({n} puzzles)")
-    fig.suptitle(f"exact match against mean NFE per puzzle, τ ∈ {{{', '.join(f'{t:g}' for t in TAUS)}}}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    panels = {f"{name} ({next(iter(by_model.values()))[0]['n']} puzzles)":
+              {m: [curve(points)] for m, points in by_model.items()} for name, by_model in results.items()}
+    taus = ", ".join(f"{t:g}" for t in TAUS)
+    frontier.plot_panels(panels, COLORS, f"exact match against mean NFE per puzzle, τ ∈ {{{taus}}}", path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -117,19 +117,11 @@ def matched(results: dict[str, dict[str, list[dict]]], k: int = 4) -> str:
 
 
 def plot(results: dict[str, dict[str, list[dict]]], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(results), figsize=(4.6 * len(results), 4.0), squeeze=False)
     colors = {sudoku_report.OBJECTIVE_NAMES[o]: c for o, c in sudoku_report.OBJECTIVE_COLORS.items()}
-    for ax, (name, by_objective) in zip(axes[0], results.items()):
-        curves = {sudoku_report.OBJECTIVE_NAMES[o]: [curve(s) for s in seeds] for o, seeds in by_objective.items()}
-        frontier.plot(curves, colors, ax)
-        ax.set_title(name)
-    fig.suptitle(f"exact match against NFE per puzzle over τ ∈ {{{', '.join(f'{t:g}' for t in TAUS)}}}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    panels = {name: {sudoku_report.OBJECTIVE_NAMES[o]: [curve(s) for s in seeds] for o, seeds in by_objective.items()}
+              for name, by_objective in results.items()}
+    taus = ", ".join(f"{t:g}" for t in TAUS)
+    frontier.plot_panels(panels, colors, f"exact match against NFE per puzzle over τ ∈ {{{taus}}}", path)
 
 
 def main(argv: list[str] | None = None) -> None:
