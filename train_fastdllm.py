@@ -170,7 +170,8 @@ def micro_step_loss(model, objective: str, x0: torch.Tensor, maskable: torch.Ten
         return sft_loss(model, x0, maskable, bd_size, mask_id, noise_gen) / max(1, n_window), None
     buffer.refill(x0, maskable)  # only finished slots take new rows (authors' StreamingBatch)
     step_fn = make_step_fn(model, buffer, bd_size, hidden_size, objective != "rollout")
-    out = rollout_loss(step_fn, buffer, K=K, variant=objective, policy=policy, mask_id=mask_id)
+    out = rollout_loss(step_fn, **buffer.inputs(), K=K, variant=objective, policy=policy)
+    buffer.update(out)
     return out.loss / grad_accum, out
 
 

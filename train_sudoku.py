@@ -596,8 +596,9 @@ def make_loss_fn(cfg: TrainConfig, forward, buffer: RolloutBuffer | None, reduce
     def rollout_step(x0, maskable, taus, start_masked=None):
         new = buffer.refill(x0.long(), maskable, start_masked=start_masked)
         policies = [partial(relay.confidence_unmask, tau=tau) for tau in taus]  # step k commits at threshold taus[k]
-        out = rollout_loss(forward, buffer, K=cfg.K, variant=cfg.objective, policy=policies, mask_id=MASK,
+        out = rollout_loss(forward, **buffer.inputs(), K=cfg.K, variant=cfg.objective, policy=policies,
                            reduce_count=reduce)
+        buffer.update(out)
         return out.loss, new
     return rollout_step
 

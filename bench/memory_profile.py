@@ -113,7 +113,7 @@ def profile(cfg: Config, model, regime: str, device: str) -> list[tuple]:
             calls.append(1)
             return inner(z, h)
         policy = partial(block_confidence_unmask, threshold=0.85, block_size=bd)
-        loss = rollout_loss(step_fn, buf, K=2, variant=regime, policy=policy, mask_id=model.mask_token_id).loss
+        loss = rollout_loss(step_fn, **buf.inputs(), K=2, variant=regime, policy=policy).loss
     rec.log(f"{rec.phase}_end")
     rec.phase = "bwd"
     loss.backward()

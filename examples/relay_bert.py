@@ -15,13 +15,15 @@ import argparse
 import os
 import sys
 import time
+from functools import partial
 
 import torch
 import torch.nn as nn
 from transformers import BertConfig, BertForMaskedLM
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # relay.py at the repo root
-from relay import RelayLayerNorm, RolloutBuffer, decode, mlm_loss, rollout_loss, threshold_policy  # noqa: E402
+from relay import (RelayLayerNorm, RolloutBuffer, confidence_unmask, decode, draw_taus, mlm_loss,  # noqa: E402
+                   rollout_loss)
 
 N = 5  # 5x5 squares, 25 cells
 SYMBOLS = list(range(2, 2 + N))  # token ids of the symbols 0..4
@@ -42,6 +44,25 @@ class RelayBert(nn.Module):
             x = x + self.relay_norm(torch.zeros_like(x) if h is None else h)  # h=None is h_0 = 0: R(0) = beta
         h_out = self.bert.bert.encoder(x).last_hidden_state
         return self.bert.cls(h_out), h_out
+
+
+def allow_only(step_fn, allowed: list[int], mask_id: int):
+    """decode's step_fn that writes only the `allowed` ids: the other logits are set to -inf before
+    decode's confidence and argmax (here: only symbols, never [MASK] or the unused ids; relay.decode
+    itself takes the argmax over the whole vocabulary, as the paper's Sudoku evaluation). Allowing
+    mask_id is an error: the decoder could commit [MASK] forever."""
+    if mask_id in allowed:
+        raise ValueError(f"allowed contains mask_id={mask_id}; the decoder could commit [MASK] forever")
+
+    def step(tokens: torch.Tensor, h: torch.Tensor | None = None):
+        logits, h_out = step_fn(tokens, h)
+        V = logits.shape[-1]
+        if not all(0 <= i < V for i in allowed):
+            raise ValueError(f"allowed ids must lie in 0..{V - 1}, got {list(allowed)}")
+        banned = torch.ones(V, dtype=torch.bool, device=logits.device)
+        banned[list(allowed)] = False
+        return logits.masked_fill(banned, float("-inf")), h_out
+    return step
 
 
 def latin_squares(n: int, g: torch.Generator) -> torch.Tensor:
@@ -97,7 +118,7 @@ def train(relay: bool, args, seed: int) -> tuple[RelayBert, float, float]:
                      intermediate_size=4 * args.d, max_position_embeddings=N * N, type_vocab_size=1, pad_token_id=0)
     model = RelayBert(cfg, relay)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    buffer, policy = RolloutBuffer(args.batch_size, mask_id=MASK), threshold_policy(0.15, 0.1, g)
+    buffer = RolloutBuffer(args.batch_size, mask_id=MASK)
     used, t0 = 0, time.time()
     for step in range(args.steps):
         x0 = latin_squares(args.batch_size, g)
@@ -105,7 +126,11 @@ def train(relay: bool, args, seed: int) -> tuple[RelayBert, float, float]:
         maskable = torch.rand(args.batch_size, N * N, generator=g).argsort(1).argsort(1) < n_blank
         if relay:  # K = 2 forwards and one backward through both per step (Algorithm 1)
             used += int(buffer.refill(x0, maskable))
-            loss = rollout_loss(model, buffer, K=2, variant="relay", policy=policy).loss
+            taus = draw_taus(2, 0.15, 0.1, g)  # training thresholds max(0, 0.15 + 0.1 eps), one per step
+            out = rollout_loss(model, **buffer.inputs(), K=2, variant="relay",
+                               policy=[partial(confidence_unmask, tau=t) for t in taus])
+            buffer.update(out)
+            loss = out.loss
         else:
             loss = mlm_loss(model, x0, maskable=maskable, mask_id=MASK, generator=g)
         opt.zero_grad()
@@ -142,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         for relay in (False, True):
             model, seconds, used = train(relay, args, seed)
             for tau in taus:
-                out = decode(model, questions, mask_id=MASK, tau=tau, carry=relay, allowed=SYMBOLS)
+                out = decode(allow_only(model, SYMBOLS, MASK), questions, mask_id=MASK, tau=tau, carry=relay)
                 exact = (out.tokens == answers).all(1).float().mean().item()
                 print(f"{'Relay' if relay else 'MLM':<6} {seed:>4} {seconds:8.0f} {used if relay else 1.0:9.2f} "
                       f"{tau:5.2f} {100 * exact:8.1f} {out.nfe.float().mean():6.2f} {out.batch_nfe:9d}", flush=True)

@@ -70,8 +70,8 @@ def test_compiled_relay_step_is_one_graph_and_matches_eager(tmp_path, device):
     runs 3 steps with 6 different thresholds without recompiling, with the eager step's loss and
     gradients (to 1e-5 / 1e-4 relative); a bad target is still an error inside the graph.
 
-    Catches (each tried, each fails here): the threshold drawn with .item() inside the region (the
-    old threshold_policy: a graph break, an error under fullgraph); the per-step target check
+    Catches (each tried, each fails here): the threshold drawn with .item() inside the region (a policy
+    drawing its own threshold per call: a graph break, an error under fullgraph); the per-step target check
     `bool((...).any())` of relay._check_tokens put back (a data-dependent branch: graph break); the
     taus passed as Python floats (a recompile at the next step: error_on_recompile); the buffer's z
     and h written in place (copy_) at the end of rollout_loss, the rollout working on clones (eagerly
@@ -114,9 +114,17 @@ def test_training_data_with_mask_targets_is_a_one_line_error(tmp_path):
     assert "\n" not in str(e.value)
 
 
+def drawing_policy(gen: torch.Generator, tau: float = 0.15, sigma: float = 0.5):
+    """The reference, written here by hand: a policy that draws its own threshold at each call,
+    max(0, tau + sigma * eps) with one scalar draw from gen, as eager code would."""
+    def policy(logits, candidates):
+        return relay.confidence_unmask(logits, candidates, max(0.0, tau + sigma * torch.randn((), generator=gen).item()))
+    return policy
+
+
 def rollout_run(model, x0, maskable, host_drawn: bool) -> tuple[list, torch.Tensor]:
     """Three K = 3 relay windows on a staggered buffer, with the noise drawn as eager code draws it
-    (inside threshold_policy and refill) or on the host beforehand; returns the outputs and the
+    (inside drawing_policy and refill) or on the host beforehand; returns the outputs and the
     generator's final state."""
     gen = torch.Generator().manual_seed(3)
     ones = torch.ones(8, 81, dtype=torch.bool)
@@ -138,9 +146,10 @@ def rollout_run(model, x0, maskable, host_drawn: bool) -> tuple[list, torch.Tens
         if host_drawn:
             policy = [partial(relay.confidence_unmask, tau=t) for t in relay.draw_taus(3, 0.15, 0.5, gen)]
         else:
-            policy = relay.threshold_policy(0.15, 0.5, gen)
+            policy = drawing_policy(gen)
         with torch.no_grad():
-            out = relay.rollout_loss(model, buf, K=3, variant="relay", policy=policy)
+            out = relay.rollout_loss(model, **buf.inputs(), K=3, variant="relay", policy=policy)
+        buf.update(out)
         refill(buf, x0.flip(0), maskable.flip(0))
         outs += [out.loss, out.z, out.h, buf.z]
     return outs, gen.get_state()
@@ -148,7 +157,7 @@ def rollout_run(model, x0, maskable, host_drawn: bool) -> tuple[list, torch.Tens
 
 def test_host_drawn_noise_equals_the_eager_draws():
     """The pieces a compiled step uses give exactly the eager results, from the same generator state:
-    draw_taus(K) + one policy per step == threshold_policy drawing per call (loss, tokens, h and the
+    draw_taus(K) + one policy per step == a policy drawing per call (loss, tokens, h and the
     generator's state after), refill(start_masked=) == the staggered draw inside refill, and
     allocate() + refill == the first refill of an empty buffer. A policy list of the wrong length is an
     error; draw_taus equals tau = max(0, 0.15 + 0.5 eps) computed by hand. Catches (tried, each fails):
@@ -174,4 +183,4 @@ def test_host_drawn_noise_equals_the_eager_draws():
     buf.refill(x0, maskable)  # every slot takes its row, all of its cells to fill masked (cold start)
     assert torch.equal(buf.x0, x0) and torch.equal(buf.z, torch.where(maskable, MASK, x0))
     with pytest.raises(ValueError, match="2 policies for K=3"):
-        relay.rollout_loss(model, buf, K=3, policy=[relay.threshold_policy()] * 2)
+        relay.rollout_loss(model, **buf.inputs(), K=3, policy=[drawing_policy(g)] * 2)

@@ -123,6 +123,13 @@ class Toy(torch.nn.Module):
         return (logits if scale is None else logits * scale[:, None, None]), h_out
 
 
+def allow_only(step_fn, allowed, mask_id):
+    """The BERT example's token filter (the step_fn is where decode's token restriction lives)."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import relay_bert
+    return relay_bert.allow_only(step_fn, allowed, mask_id)
+
+
 def reference_decode(model, tokens, tau, max_steps, allowed=None):
     """One row at a time, written from relay.decode's docstring: returns tokens and nfe per row."""
     out, nfe = tokens.clone(), []
@@ -145,15 +152,16 @@ def reference_decode(model, tokens, tau, max_steps, allowed=None):
 @pytest.mark.parametrize("allowed", [None, [0, 1, 2]])
 def test_decode_matches_a_row_by_row_reference(allowed, device):
     """relay.decode on a batch equals a plain one-row loop (carry, commit rule, final fill, nfe,
-    allowed ids). Checked: fails when decode's carry passes h=None, when the final fill is dropped,
-    and when the allowed restriction is not applied."""
+    allowed ids through the example's step_fn filter). Checked: fails when decode's carry passes h=None,
+    when the final fill is dropped, and when the allowed restriction is not applied."""
     model = Toy().to(device).eval()
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, 5, (12, 10), generator=g)
     tokens[torch.rand(12, 10, generator=g) < 0.7] = 5
     tokens = tokens.to(device)
     for max_steps in (64, 3):
-        out = relay.decode(model, tokens, mask_id=5, tau=0.2, max_steps=max_steps, allowed=allowed)
+        step_fn = model if allowed is None else allow_only(model, allowed, 5)
+        out = relay.decode(step_fn, tokens, mask_id=5, tau=0.2, max_steps=max_steps)
         ref_tokens, ref_nfe = reference_decode(model, tokens, 0.2, max_steps, allowed)
         assert torch.equal(out.tokens, ref_tokens) and torch.equal(out.nfe, ref_nfe)
         assert out.batch_nfe == 1 + int(out.steps.max())
@@ -195,12 +203,13 @@ def test_decode_hook_and_extras_follow_the_rows(device):
 
 def test_decode_rejects_traps():
     """Trap: a restriction that still allows [MASK] can commit it forever; a model left in training
-    mode decodes with dropout. Checked: fails when either check is removed from relay.decode."""
+    mode decodes with dropout. Checked: fails when either check is removed (from relay.decode, and
+    from the example's allow_only)."""
     model = Toy()
     tokens = torch.full((2, 4), 5)
     with pytest.raises(ValueError, match="training mode"):
         relay.decode(model, tokens, mask_id=5)
     with pytest.raises(ValueError, match="allowed contains mask_id"):
-        relay.decode(model.eval(), tokens, mask_id=5, allowed=[0, 5])
+        relay.decode(allow_only(model.eval(), [0, 5], 5), tokens, mask_id=5)
     with pytest.raises(ValueError, match="allowed ids"):
-        relay.decode(model.eval(), tokens, mask_id=5, allowed=[0, 9])
+        relay.decode(allow_only(model.eval(), [0, 9], 5), tokens, mask_id=5)

@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 # given, the second half is filled in.
 STANDALONE = r'''
 import torch, torch.nn as nn
-from relay import RelayLayerNorm, RolloutBuffer, check_step_fn, decode, rollout_loss, threshold_policy
+from functools import partial
+from relay import RelayLayerNorm, RolloutBuffer, check_step_fn, confidence_unmask, decode, draw_taus, rollout_loss
 
 class Net(nn.Module):
     def __init__(self, d=32):
@@ -42,11 +43,14 @@ model = Net()
 check_step_fn(model.eval(), batch(3)[0], d=32)
 model.train()
 opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-buffer, policy = RolloutBuffer(64, mask_id=4), threshold_policy(0.15, 0.1)
+buffer = RolloutBuffer(64, mask_id=4)
 losses = []
 for step in range(250):
     buffer.refill(*batch(64))
-    loss = rollout_loss(model, buffer, K=2, variant="relay", policy=policy).loss
+    policy = [partial(confidence_unmask, tau=t) for t in draw_taus(2, 0.15, 0.1)]
+    out = rollout_loss(model, **buffer.inputs(), K=2, variant="relay", policy=policy)
+    buffer.update(out)
+    loss = out.loss
     opt.zero_grad(); loss.backward(); opt.step(); losses.append(loss.item())
 x0, maskable = batch(200)
 out = decode(model.eval(), torch.where(maskable, 4, x0), mask_id=4, tau=0.15)
@@ -74,7 +78,8 @@ def test_relay_py_alone_trains_and_decodes_a_torch_model_that_is_not_ours(tmp_pa
 
 def test_bert_example_runs_end_to_end_at_tiny_size(capsys):
     """examples/relay_bert.py at tiny size: trains MLM and Relay, decodes both, prints the table.
-    Checked: fails when the example's decode call allows [MASK] (allowed=SYMBOLS + [MASK] is an error)."""
+    Checked: fails when the example's decode step_fn allows [MASK] (allow_only(model, SYMBOLS + [MASK], MASK)
+    is an error)."""
     import relay_bert
     relay_bert.main(["--steps=3", "--batch_size=8", "--d=16", "--layers=1", "--n_test=8", "--taus=0.15"])
     out = capsys.readouterr().out

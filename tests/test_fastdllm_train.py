@@ -110,7 +110,8 @@ def test_gradient_reaches_forward_1_through_the_relay_only_in_relay_mode(variant
         return logits, h_out
 
     policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
-    out = rollout_loss(step_fn, buf, K=2, variant=variant, policy=policy, mask_id=model.mask_token_id)
+    out = rollout_loss(step_fn, **buf.inputs(), K=2, variant=variant, policy=policy)
+    buf.update(out)
     out.loss.backward()
     assert len(calls) == 2
     if variant == "rollout":
@@ -135,7 +136,8 @@ def test_rollout_micro_step_teacher_forces_and_refills(device):
     step_fn = T.make_step_fn(model, buf, BD, 64, use_relay=True)
     before = buf.masked().clone()
     with torch.no_grad():
-        out = rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id)
+        out = rollout_loss(step_fn, **buf.inputs(), K=2, variant="relay", policy=policy)
+    buf.update(out)
     revealed = before & ~buf.masked()
     assert torch.equal(buf.z[revealed], buf.x0[revealed])  # ground-truth tokens, never samples
     # every block with masks reveals at least one token per forward: two rounds -> >= 2 per block
@@ -148,7 +150,7 @@ def test_rollout_micro_step_teacher_forces_and_refills(device):
         if buf.finished().any():
             break
         with torch.no_grad():
-            rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id)
+            buf.update(rollout_loss(step_fn, **buf.inputs(), K=2, variant="relay", policy=policy))
     done = buf.finished()
     assert done.any()
     keep = buf.z[~done].clone()
@@ -334,7 +336,7 @@ def test_gradient_checkpointing_keeps_relay_gradients_exact():
         buf.refill(x0, maskable)
         step_fn = T.make_step_fn(model, buf, BD, 64, use_relay=True)
         policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
-        loss = rollout_loss(step_fn, buf, K=2, variant="relay", policy=policy, mask_id=model.mask_token_id).loss
+        loss = rollout_loss(step_fn, **buf.inputs(), K=2, variant="relay", policy=policy).loss
         assert len(calls) == 2  # the two forwards
         loss.backward()
         assert len(calls) == (4 if ckpt else 2)  # checkpointing really recomputes both in backward
@@ -370,7 +372,7 @@ def test_zero_init_relay_starts_exactly_as_rollout():
         buf.h = torch.randn(2, x0.shape[1], 64, generator=torch.Generator().manual_seed(0))
         step_fn = T.make_step_fn(model, buf, BD, 64, use_relay=variant != "rollout")
         policy = lambda lg, c: block_confidence_unmask(lg, c, 0.85, BD)
-        out = rollout_loss(step_fn, buf, K=2, variant=variant, policy=policy, mask_id=model.mask_token_id)
+        out = rollout_loss(step_fn, **buf.inputs(), K=2, variant=variant, policy=policy)
         out.loss.backward()
         return out.loss.item(), {n: p.grad for n, p in model.named_parameters() if "relay" not in n}
     l_roll, g_roll = grads("rollout")

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import types
+from functools import partial
 
 import numpy as np
 import pytest
@@ -249,8 +250,8 @@ def test_rollout_loss_by_hand_with_revealed_cells_k2(device):
     x0, maskable, z, p = x0.to(device), maskable.to(device), z.to(device), p.to(device)
     step = FixedLogits(x0, p)
     # tau = 0.15 and every u = 1 - c >= 0.2: nothing qualifies, so each row commits its most confident cell
-    out = relay.rollout_loss(step, (z, x0, maskable, None), K=2, variant="rollout", mask_id=MASK,
-                             policy=relay.threshold_policy(0.15, 0.0))
+    out = relay.rollout_loss(step, x0=x0, z=z, maskable=maskable, h=None, mask_id=MASK, K=2, variant="rollout",
+                             policy=partial(relay.confidence_unmask, tau=0.15))
     ln = math.log
     # step 1: row 0 scores cells 2, 3; row 1 cells 1, 2, 3 -> one mean over 5 tokens; commits (0,2), (1,1)
     L1 = (-ln(0.5) - ln(0.25) - ln(0.8) - ln(0.5) - ln(0.25)) / 5

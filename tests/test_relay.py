@@ -1,4 +1,5 @@
 import textwrap
+from functools import partial
 
 import pytest
 import torch
@@ -6,11 +7,16 @@ import torch.nn.functional as F
 
 from model import ModelConfig, SudokuTransformer
 from sudoku import MASK
-from relay import (RelayLayerNorm, check_step_fn, RolloutBuffer, block_confidence_unmask, confidence_unmask, masked_ce,
-                   mlm_loss, mlm_masking, rollout_loss, threshold_policy)
+from relay import (RelayLayerNorm, check_step_fn, RolloutBuffer, block_confidence_unmask, confidence_unmask, draw_taus,
+                   masked_ce, mlm_loss, mlm_masking, rollout_loss)
 
 V = 17
 SMALL = dict(n_layer=2, n_head=4, n_embd=32, d_ff=64, dropout=0.0)
+
+
+def policies(K: int, tau: float = 0.15, sigma: float = 0.1, generator=None) -> list:
+    """The paper's training policy for a K-step window: confidence_unmask at one drawn threshold per step."""
+    return [partial(confidence_unmask, tau=t) for t in draw_taus(K, tau, sigma, generator)]
 
 
 def logits_with_confidence(conf: torch.Tensor, top: int = 9) -> torch.Tensor:
@@ -87,15 +93,20 @@ def test_block_confidence_unmask():
     assert out.tolist() == [[True, True, True, False, False, False, False, True]]
 
 
-def test_threshold_policy_draws_tau_per_call(device):
+def test_drawn_thresholds_give_one_policy_per_step(device):
+    """draw_taus(2, 0.15, 0.1, g) gives one threshold per step, max(0, 0.15 + 0.1 eps) for the generator's
+    successive draws (computed by hand here), and the policy of step k commits as confidence_unmask at
+    its threshold, on the device; sigma = 0 gives the fixed threshold. Checked: fails when draw_taus
+    reuses one draw for every step, and when it drops the perturbation (tau alone)."""
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(4, 81, V, generator=g) * 4).to(device)
     cand = torch.ones(4, 81, dtype=torch.bool, device=device)  # tau is drawn on the CPU generator
-    fixed = threshold_policy(0.15, sigma=0.0)
+    fixed = policies(1, 0.15, sigma=0.0)[0]
     assert torch.equal(fixed(logits, cand), confidence_unmask(logits, cand, 0.15))
-    policy = threshold_policy(0.15, 0.1, torch.Generator().manual_seed(1))
+    steps = policies(2, 0.15, 0.1, torch.Generator().manual_seed(1))
     eps = torch.randn(2, generator=torch.Generator().manual_seed(1))
-    for e in eps:
+    assert eps[0] != eps[1]
+    for policy, e in zip(steps, eps):
         expected = confidence_unmask(logits, cand, max(0.0, 0.15 + 0.1 * e.item()))
         assert torch.equal(policy(logits, cand), expected)
 
@@ -155,7 +166,8 @@ def test_k1_rollout_loss_equals_masked_ce_of_one_forward(device):
     model = SudokuTransformer(ModelConfig(**SMALL, relay=True)).to(device)
     x0, maskable = puzzle_batch(device=device)
     z = torch.where(maskable, MASK, x0)
-    out = rollout_loss(model, (z, x0, maskable, None), K=1, variant="relay", mask_id=MASK)
+    out = rollout_loss(model, x0=x0, z=z, maskable=maskable, h=None, mask_id=MASK, K=1, variant="relay",
+                       policy=policies(1))
     logits, _ = model(z)
     torch.testing.assert_close(out.loss, F.cross_entropy(logits[maskable], x0[maskable]))
 
@@ -169,7 +181,8 @@ def test_gradient_paths_across_steps(variant, device):
     x0, maskable = puzzle_batch(device=device)
     rec = Recorder(model)
     z = torch.where(maskable, MASK, x0)
-    rollout_loss(rec, (z, x0, maskable, h0 if variant != "rollout" else None), K=2, variant=variant, mask_id=MASK)
+    rollout_loss(rec, x0=x0, z=z, maskable=maskable, h=h0 if variant != "rollout" else None, mask_id=MASK, K=2,
+                 variant=variant, policy=policies(2))
     (z1, h1_in, _, h1_out), (z2, h2_in, logits2, _) = rec.calls
     loss2 = masked_ce(logits2, x0, (z2 == MASK) & maskable)
     assert h1_in is None or not h1_in.requires_grad  # the stored state never carries a graph
@@ -206,7 +219,8 @@ def test_rollout_never_changes_clues_or_committed_cells_and_teacher_forces(devic
     prev = buf.z.clone()
     for _ in range(41):  # <= 81 cells, >= 2 per window
         with torch.no_grad():
-            out = rollout_loss(model, buf, K=2, variant="relay", policy=threshold_policy(0.15, 0.0))
+            out = rollout_loss(model, **buf.inputs(), K=2, variant="relay", policy=policies(2, 0.15, 0.0))
+            buf.update(out)
         revealed = prev != MASK
         assert torch.equal(out.z[revealed], prev[revealed])  # nothing committed ever changes
         assert torch.equal(out.z[~maskable], x0[~maskable])  # clues stay
@@ -262,12 +276,13 @@ def test_relay_layernorm_zero_init():
 
 def test_rollout_loss_input_errors():
     x0, maskable = puzzle_batch()
+    state = dict(x0=x0, z=x0, maskable=maskable, h=None, mask_id=MASK)
     with pytest.raises(ValueError, match="variant"):
-        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), variant="relay2", mask_id=MASK)
+        rollout_loss(lambda z, h: None, **state, variant="relay2", policy=policies(2))
     with pytest.raises(ValueError, match="empty"):
-        rollout_loss(lambda z, h: None, RolloutBuffer(4, MASK))
+        rollout_loss(lambda z, h: None, **RolloutBuffer(4, MASK).inputs(), policy=policies(2))
     with pytest.raises(ValueError, match="K must"):
-        rollout_loss(lambda z, h: None, (x0, x0, maskable, None), K=0, mask_id=MASK)
+        rollout_loss(lambda z, h: None, **state, K=0, policy=policies(1)[0])
 
 
 def test_masked_ce_large_vocabulary_path_agrees():
@@ -303,8 +318,9 @@ class ToyMDM(torch.nn.Module):
 
 def test_mask_id_is_required_and_buffer_and_loss_must_agree():
     """Trap: mask_id defaulted to Sudoku's 2 in three places; a buffer and a loss that disagree gave
-    loss 0 and n_masked 0. Checked: fails if RolloutBuffer/mlm_loss get a default mask_id again, or if
-    rollout_loss stops comparing its mask_id with the buffer's."""
+    loss 0 and n_masked 0. Checked: fails if RolloutBuffer/mlm_loss/rollout_loss get a default mask_id
+    again, or if buffer.inputs() stops supplying the buffer's mask_id (a second mask_id= would then be
+    taken silently instead of a TypeError)."""
     x0 = torch.randint(0, 5, (4, 9))
     maskable = torch.rand(4, 9, generator=torch.Generator().manual_seed(0)) < 0.5
     with pytest.raises(TypeError):
@@ -313,12 +329,12 @@ def test_mask_id_is_required_and_buffer_and_loss_must_agree():
         mlm_loss(ToyMDM(), x0, maskable=maskable)
     buf = RolloutBuffer(4, mask_id=5)
     buf.refill(x0, maskable)
-    with pytest.raises(ValueError, match="buffer uses mask_id=5"):
-        rollout_loss(ToyMDM(), buf, mask_id=2)
-    out = rollout_loss(ToyMDM(), buf, K=1)  # taken from the buffer
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'mask_id'"):
+        rollout_loss(ToyMDM(), **buf.inputs(), mask_id=2, policy=policies(2))
+    out = rollout_loss(ToyMDM(), **buf.inputs(), K=1, policy=policies(1))  # taken from the buffer
     assert out.n_masked[0] == maskable.sum()
-    with pytest.raises(ValueError, match="pass mask_id"):
-        rollout_loss(ToyMDM(), (x0, x0, maskable, None))
+    with pytest.raises(TypeError, match="mask_id"):
+        rollout_loss(ToyMDM(), x0=x0, z=x0, maskable=maskable, h=None, policy=policies(2))
     with pytest.raises(ValueError, match="holds mask_id"):  # a real symbol used as the mask id
         RolloutBuffer(4, mask_id=int(x0[maskable][0])).refill(x0, maskable)
 
@@ -372,11 +388,12 @@ def test_wrong_relay_state_and_step_outputs_are_errors():
     z = torch.full_like(x0, 5)
     for bad in (torch.zeros(2, 9), torch.zeros(2, 9, 8, dtype=torch.long), torch.zeros(1, 9, 8)):
         with pytest.raises(ValueError, match="relay state"):
-            rollout_loss(ToyMDM(), (z, x0, maskable, bad), mask_id=5)
+            rollout_loss(ToyMDM(), x0=x0, z=z, maskable=maskable, h=bad, mask_id=5, policy=policies(2))
+    state = dict(x0=x0, z=z, maskable=maskable, h=None, mask_id=5, policy=policies(2))
     with pytest.raises(ValueError, match="h_out"):
-        rollout_loss(lambda t, h: (ToyMDM()(t)[0], None), (z, x0, maskable, None), mask_id=5)
+        rollout_loss(lambda t, h: (ToyMDM()(t)[0], None), **state)
     with pytest.raises(ValueError, match="h_out"):
-        rollout_loss(lambda t, h: (ToyMDM()(t)[0], torch.zeros(2, 8)), (z, x0, maskable, None), mask_id=5)
+        rollout_loss(lambda t, h: (ToyMDM()(t)[0], torch.zeros(2, 8)), **state)
 
 
 def test_buffer_extras_reach_step_fn_in_the_rows_order(device):
@@ -402,7 +419,7 @@ def test_buffer_extras_reach_step_fn_in_the_rows_order(device):
         maskable[torch.arange(8), 1 + torch.arange(8) % 8] = True
         x0, maskable, row_id = x0.to(device), maskable.to(device), row_id.to(device)
         buf.refill(x0, maskable, extras={"row_id": row_id})
-        rollout_loss(step_fn, buf, K=2, variant="relay", policy=threshold_policy(0.3, 0.0))
+        buf.update(rollout_loss(step_fn, **buf.inputs(), K=2, variant="relay", policy=policies(2, 0.3, 0.0)))
     assert len(torch.cat(seen).unique()) > 8  # rows of several refills went through
     with pytest.raises(ValueError, match="extras"):
         buf.refill(x0, maskable)  # the buffer holds extras: a refill without them is an error
