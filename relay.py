@@ -1,14 +1,14 @@
 """Relay for any masked diffusion model (MDM), torch only: the one file to copy next to your code.
 
-"Learned Relay Representations for Forward-Thinking Discrete Diffusion Models" (Sec. 3) carries a state
-h from one unmasking step to the next, h_{k+1} = f(Emb(x_k) + R(h_k)), logits_k = head(h_{k+1}), h_0 = 0
-(paper Eq. 2), R a LayerNorm, trained on K-step on-policy rollouts with teacher-forced tokens and
-backpropagation through h across the K steps (Algorithm 1, Eq. 5, Eq. 7).
+"Learned Relay Representations for Forward-Thinking Discrete Diffusion Models", Sec. 3: a state h is
+carried across unmasking steps, h_{k+1} = f(Emb(x_k) + R(h_k)), logits_k = head(h_{k+1}), h_0 = 0 (Eq. 2),
+R a LayerNorm, trained on K-step on-policy rollouts with teacher-forced tokens and backpropagation
+through h across the K steps (Algorithm 1, Eq. 5, Eq. 7).
 
-THE CONTRACT: your model is step_fn(tokens (B, L) long, h (B, L, d) or None, **extras) -> (logits
-(B, L, V), h_out (B, L, d)), h_out the hidden state the head reads. h=None means h_0 = 0 and must give
-what h=zeros gives: R(0) = beta, so add R(zeros), do not skip R (check_step_fn tests it). Position i of
-logits and h_out belongs to token i; extras are per-row tensors, sliced to the rows of `tokens`.
+THE CONTRACT: step_fn(tokens (B, L) long, h (B, L, d) or None, **extras) -> (logits (B, L, V), h_out
+(B, L, d)), h_out the hidden state the head reads, position i belonging to token i; extras are per-row
+tensors. h=None is h_0 = 0 and must act as h=zeros (check_step_fn tests it): R(0) = beta, so add
+R(zeros), never skip R.
 
     class MyRelayMDM(nn.Module):
         def __init__(self, backbone, d):
@@ -50,10 +50,9 @@ def _call(step_fn: StepFn, tokens: torch.Tensor, h: torch.Tensor | None, extras:
 
 
 class RelayLayerNorm(nn.LayerNorm):
-    """The relay module R: one affine LayerNorm on the carried state (paper Appendix A.1.2). Default
-    gamma = 1, beta = 0: the paper's Sudoku models from scratch. zero_init=True: gamma = beta = 0, so
-    R(h) = 0 and the host model starts as it was: for pretrained models, and for embeddings far from
-    unit scale (Hugging Face's std 0.02), which a unit-scale R(h) would drown."""
+    """The relay module R: one affine LayerNorm (paper Appendix A.1.2); gamma = 1, beta = 0 as the paper's
+    Sudoku models. zero_init=True: gamma = beta = 0, so R(h) = 0 and the host model starts as it was: for
+    pretrained models and small embeddings (Hugging Face's std 0.02), which a unit-scale R(h) drowns."""
 
     def __init__(self, d: int, eps: float = 1e-5, zero_init: bool = False):
         self.zero_init = zero_init
@@ -68,10 +67,9 @@ class RelayLayerNorm(nn.LayerNorm):
 # ----------------------------------------------------------------------------- the unmasking rule
 
 def confidence_unmask(logits: torch.Tensor, candidates: torch.Tensor, tau: float | torch.Tensor) -> torch.Tensor:
-    """Cells to commit this step: the confidence-threshold rule of the paper's Sudoku experiments
-    (Sec. 4.1, Appendix A.1.3). Per row: c = max softmax, u = 1 - c at candidate cells; sorted
-    ascending, a cell is committed iff the inclusive cumulative sum of u up to it is below tau. A row
-    that commits nothing commits its most confident candidate, so every unfinished row advances.
+    """The paper's confidence-threshold rule (Sec. 4.1, Appendix A.1.3): per row, u = 1 - max softmax at
+    candidate cells, sorted ascending; a cell is committed iff the inclusive cumulative sum of u up to it
+    is below tau, else the most confident candidate alone, so every unfinished row advances.
     logits (B, L, V), candidates (B, L) bool, tau scalar or (B,) -> (B, L) bool."""
     conf = logits.detach().float().softmax(-1).amax(-1)  # (B, L)
     u = torch.where(candidates, 1.0 - conf, torch.full_like(conf, float("inf")))
@@ -87,10 +85,9 @@ def confidence_unmask(logits: torch.Tensor, candidates: torch.Tensor, tau: float
 
 
 def draw_taus(n: int, tau: float = 0.15, sigma: float = 0.1, generator: torch.Generator | None = None) -> torch.Tensor:
-    """n training thresholds max(0, tau + sigma * eps), eps ~ N(0, 1): the paper's 0.15 perturbed by
-    N(0, 0.1^2) (Appendix A.1.3), one per rollout step for the whole batch, used as
-    policy=[partial(confidence_unmask, tau=t) for t in taus]. Drawn on the host, one scalar draw each,
-    so that rollout_loss draws nothing and compiles without a graph break. sigma = 0 draws nothing."""
+    """n training thresholds max(0, tau + sigma * eps), eps ~ N(0, 1) (the paper: 0.15, 0.1, Appendix
+    A.1.3), one per rollout step: policy=[partial(confidence_unmask, tau=t) for t in taus]. Drawn on the
+    host, one scalar draw each, so rollout_loss draws nothing and compiles in one graph."""
     eps = [torch.randn((), generator=generator).item() if sigma > 0 else 0.0 for _ in range(n)]
     return torch.tensor([max(0.0, tau + sigma * e) for e in eps], dtype=torch.float64)
 
@@ -159,27 +156,22 @@ def mlm_loss(model: StepFn, x0: torch.Tensor, *, maskable: torch.Tensor, mask_id
 # ----------------------------------------------------------------------------- the rollout buffer
 
 class RolloutBuffer:
-    """Per-slot rollout state of Algorithm 1, kept across optimizer steps: x0 (targets), z (tokens,
-    teacher-forced so far), maskable (cells to fill), h (the relay state, stored detached: where
-    truncated BPTT cuts) and per-row extras. A slot is finished when no maskable cell of z is masked.
-    init="cold": a refilled slot starts with every maskable cell masked (Algorithm 1); "staggered": as
-    MLM noise leaves it (masked with probability t ~ U(0, 1)), so slots sit at different points.
-    refill and update replace the tensors rather than write into them: under torch.compile, in-place
-    writes let the backward read a tensor the step had rewritten (seen: wrong relay gradients)."""
+    """Per-slot state of Algorithm 1 across optimizer steps: x0, z, maskable, h (stored detached: where
+    truncated BPTT cuts) and per-row extras; a slot is finished when no maskable cell of z is masked.
+    init="cold": a new slot starts fully masked (Algorithm 1); "staggered": as MLM noise leaves it.
+    The tensors are replaced, never written in place: under torch.compile the backward would read a
+    tensor the step had rewritten (seen: wrong relay gradients)."""
 
     def __init__(self, size: int, mask_id: int, init: str = "cold"):
-        if init not in ("cold", "staggered"):
-            raise ValueError(f"buffer init must be 'cold' or 'staggered', got {init!r}")
-        _check_mask_id(mask_id, "RolloutBuffer")
+        _check_buffer(mask_id, init)
         self.size, self.mask_id, self.init = size, mask_id, init
         self.x0 = self.z = self.maskable = self.h = None  # h: set by the first relay rollout (or allocate)
         self.extras: dict[str, torch.Tensor] = {}
 
     def allocate(self, length: int, device: torch.device | str | None = None, state_dim: int | None = None,
                  dtype: torch.dtype = torch.long, extras: dict[str, torch.Tensor] | None = None) -> None:
-        """Optional: set up every slot now, empty (finished), so that the first step runs the code of every
-        other (one torch.compile graph). state_dim: h as float32 zeros too. extras: (size, ...) tensors
-        giving each extra's shape and dtype."""
+        """Optional: every slot now, empty (finished), so that the first step runs the code of the others (one
+        compiled graph). state_dim: h as float32 zeros too; extras: tensors giving shapes and dtypes."""
         self.x0 = torch.zeros(self.size, length, dtype=dtype, device=device)
         self.z = self.x0.clone()
         self.maskable = torch.zeros(self.size, length, dtype=torch.bool, device=device)
@@ -196,12 +188,11 @@ class RolloutBuffer:
 
     def refill(self, x0: torch.Tensor, maskable: torch.Tensor, generator: torch.Generator | None = None,
                extras: dict[str, torch.Tensor] | None = None, start_masked: torch.Tensor | None = None) -> torch.Tensor:
-        """Alg. 1 lines 2-3: the first rows of (x0, maskable, extras) (B >= size) go into the finished slots
-        in slot order, with h = 0; the other rows are DROPPED. Returns how many (a tensor: no host sync).
-        start_masked (size, L) bool replaces staggered's draw, e.g. mlm_masking(maskable=all True,
-        generator=g) made outside a compiled region (the same draw)."""
+        """Alg. 1 lines 2-3: the first rows of (x0, maskable, extras) go into the finished slots, with h = 0;
+        the other rows are DROPPED. Returns how many (a tensor: no host sync). start_masked replaces
+        staggered's draw, e.g. mlm_masking(maskable=all True, generator=g) made outside torch.compile."""
         extras = dict(extras or {})
-        self._check_refill(x0, maskable, extras)
+        _check_refill(self, x0, maskable, extras)
         x0, maskable = x0[: self.size], maskable[: self.size]
         extras = {k: v[: self.size] for k, v in extras.items()}
         if self.z is None:  # first use: every slot empty (finished), so all of them take a row
@@ -242,24 +233,9 @@ class RolloutBuffer:
                 "mask_id": torch.tensor(self.mask_id), **{f"extras.{k}": v for k, v in self.extras.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        saved_mask_id = state.get("mask_id")
-        if saved_mask_id is not None and int(saved_mask_id) != self.mask_id:
-            raise ValueError(f"buffer state was saved with mask_id={int(saved_mask_id)}, this buffer has {self.mask_id}")
-        if state["z"] is not None:
-            _check_state(state["h"], state["z"], "the buffer state's h")
+        _check_buffer_state(state, self.mask_id)
         self.x0, self.z, self.maskable, self.h = state["x0"], state["z"], state["maskable"], state["h"]
         self.extras = {k[len("extras."):]: v for k, v in state.items() if k.startswith("extras.")}
-
-    def _check_refill(self, x0: torch.Tensor, maskable: torch.Tensor, extras: dict) -> None:
-        _check_tokens(x0, maskable, self.mask_id, "RolloutBuffer.refill")
-        if x0.shape[0] < self.size:
-            raise ValueError(f"refill needs at least {self.size} rows (the buffer size), got {x0.shape[0]}")
-        if self.z is not None and (x0.shape[1] != self.z.shape[1] or set(extras) != set(self.extras)):
-            raise ValueError(f"refill: got length {x0.shape[1]} and extras {sorted(extras)}, but the buffer holds "
-                             f"length {self.z.shape[1]} and extras {sorted(self.extras)}")
-        for name, v in extras.items():
-            if v.shape[0] != x0.shape[0]:
-                raise ValueError(f"refill: extras[{name!r}] has {v.shape[0]} rows, x0 has {x0.shape[0]}")
 
 
 # ----------------------------------------------------------------------------- the K-step rollout loss
@@ -282,7 +258,7 @@ def rollout_loss(step_fn: StepFn, *, x0: torch.Tensor, z: torch.Tensor, maskable
     from the state: x0 (B, L) targets, z (B, L) current tokens, maskable (B, L) bool, h None or (B, L, d),
     extras for step_fn; usually **buffer.inputs(), then buffer.update(out). K forwards, one backward.
     variant: "rollout" (no relay: h is always None), "relay_sg" (h detached after every step), "relay"
-        (backpropagation through h across the K steps: Eq. 7; Eq. 9 for K = 2).
+        (backpropagation through h across the K steps: Eq. 7, Sec. 3.2's two-step gradient for K = 2).
     policy: (detached logits, candidates) -> cells to commit, or a list of K of them, step k using the
         k-th: [partial(confidence_unmask, tau=t) for t in draw_taus(K)] (Sudoku), or
         partial(block_confidence_unmask, ...) (Fast-dLLM v2). reduce_count: see masked_ce."""
@@ -308,7 +284,7 @@ def rollout_loss(step_fn: StepFn, *, x0: torch.Tensor, z: torch.Tensor, maskable
         n_masked.append(candidates.sum())
         n_committed.append(commit.sum())
     h_store = h.detach().float() if h is not None else None  # the truncation of truncated BPTT
-    return RolloutOutput(loss, z, h_store, step_losses, n_masked, n_committed)  # Alg. 1 line 11 (the update) is the caller's
+    return RolloutOutput(loss, z, h_store, step_losses, n_masked, n_committed)  # Alg. 1 line 11: the caller's
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -332,7 +308,8 @@ def decode(step_fn: StepFn, tokens: torch.Tensor, *, mask_id: int, tau: float = 
     first; carry=False: always None). After max_steps, one final forward fills what is still masked.
     maskable: the cells that may be filled (default: every mask_id cell). early_exit=False forwards
     every row until the slowest is done, as the paper's code (same result). on_step(step, rows, tokens,
-    committed) is called after each forward with the (b,) batch rows it ran on that had a cell left.
+    committed) is called after each forward (the final fill's step is max_steps) with the (b,) batch
+    indices of the rows that had a cell left, their (b, L) tokens and (b, L) committed cells.
     nfe: each row's forwards; batch_nfe = 1 + max(steps): the paper's Table 1 count at batch size 1.
     """
     _check_decode(step_fn, tokens, tau, max_steps, maskable)
@@ -350,8 +327,7 @@ def decode(step_fn: StepFn, tokens: torch.Tensor, *, mask_id: int, tau: float = 
             _check_step_output(logits, h_out, cur, need_h=False)
             return logits, h_out
 
-        n_forward = 0
-        for _ in range(max_steps):
+        for step in range(max_steps):
             cur, cand = x[rows], fill[rows] & (x[rows] == mask_id)
             live = cand.any(1)
             n_live = int(live.sum())  # the one host sync per step
@@ -367,8 +343,7 @@ def decode(step_fn: StepFn, tokens: torch.Tensor, *, mask_id: int, tau: float = 
             x[rows] = cur
             steps[rows[live]] += 1
             if on_step is not None:
-                on_step(n_forward, rows[live], cur[live], commit[live])
-            n_forward += 1
+                on_step(step, rows[live], cur[live], commit[live])
         nfe = steps.clone()
         left = (fill[rows] & (x[rows] == mask_id)).any(1)
         if bool(left.any()):  # max_steps reached: one final forward fills every remaining [MASK]
@@ -382,7 +357,7 @@ def decode(step_fn: StepFn, tokens: torch.Tensor, *, mask_id: int, tau: float = 
             x[rows] = cur
             nfe[rows[left]] += 1
             if on_step is not None:
-                on_step(n_forward, rows[left], cur[left], commit[left])
+                on_step(max_steps, rows[left], cur[left], commit[left])  # the loop ran all max_steps
     return DecodeOutput(x, nfe, steps, 1 + int(steps.max()) if B else 1)
 
 
@@ -402,15 +377,13 @@ def check_step_fn(step_fn: StepFn, tokens: torch.Tensor, d: int, atol: float = 1
         logits0, h_out0 = _call(step_fn, tokens, zeros, extras)
     if not (torch.allclose(logits.float(), logits0.float(), atol=atol)
             and torch.allclose(h_out.float(), h_out0.float(), atol=atol)):
-        raise ValueError("step_fn gives different outputs for h=None and h=zeros: h=None must mean h_0 = 0 "
-                         "(e.g. add R(zeros) = beta, do not skip R), else a refilled buffer slot starts "
-                         "differently from a fresh one")
+        raise ValueError("step_fn gives different outputs for h=None and h=zeros: h=None must mean h_0 = 0 (add "
+                         "R(zeros) = beta, do not skip R), else a refilled buffer slot starts unlike a fresh one")
 
 
 def _check_values(bad: torch.Tensor, message: str) -> None:
-    """Raise when the 0-d bool `bad` is True: eagerly a ValueError. On CUDA and under torch.compile a
-    device-side assert instead (bool(bad) would sync the host at every step, or break the graph):
-    compiled on the CPU a RuntimeError, on CUDA an assert that ends the process. Check data at load."""
+    """A ValueError when the 0-d bool `bad` is True; on CUDA and under torch.compile a device-side assert
+    (bool(bad) would sync the host every step, or break the graph), so check data once at load."""
     if bad.device.type == "cuda" or torch.compiler.is_compiling():
         torch._assert_async(~bad, message)  # kernels for CPU and CUDA only (not MPS)
     elif bool(bad):
@@ -460,8 +433,33 @@ def _check_step_output(logits: torch.Tensor, h_out: torch.Tensor | None, tokens:
     _check_state(h_out, tokens, "step_fn's h_out")
 
 
-def _check_rollout(x0: torch.Tensor, z: torch.Tensor, maskable: torch.Tensor, h: torch.Tensor | None,
-                   mask_id: int, K: int, variant: str, policies: list) -> None:
+def _check_buffer(mask_id: int, init: str) -> None:
+    if init not in ("cold", "staggered"):
+        raise ValueError(f"buffer init must be 'cold' or 'staggered', got {init!r}")
+    _check_mask_id(mask_id, "RolloutBuffer")
+
+
+def _check_refill(buf: RolloutBuffer, x0: torch.Tensor, maskable: torch.Tensor, extras: dict) -> None:
+    _check_tokens(x0, maskable, buf.mask_id, "RolloutBuffer.refill")
+    if x0.shape[0] < buf.size:
+        raise ValueError(f"refill needs at least {buf.size} rows (the buffer size), got {x0.shape[0]}")
+    if buf.z is not None and (x0.shape[1] != buf.z.shape[1] or set(extras) != set(buf.extras)):
+        raise ValueError(f"refill: got length {x0.shape[1]} and extras {sorted(extras)}, but the buffer holds "
+                         f"length {buf.z.shape[1]} and extras {sorted(buf.extras)}")
+    for name, v in extras.items():
+        if v.shape[0] != x0.shape[0]:
+            raise ValueError(f"refill: extras[{name!r}] has {v.shape[0]} rows, x0 has {x0.shape[0]}")
+
+
+def _check_buffer_state(state: dict, mask_id: int) -> None:
+    saved = state.get("mask_id")
+    if saved is not None and int(saved) != mask_id:
+        raise ValueError(f"buffer state was saved with mask_id={int(saved)}, this buffer has {mask_id}")
+    if state["z"] is not None:
+        _check_state(state["h"], state["z"], "the buffer state's h")
+
+
+def _check_rollout(x0, z, maskable, h, mask_id: int, K: int, variant: str, policies: list) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if K < 1:
@@ -474,8 +472,7 @@ def _check_rollout(x0: torch.Tensor, z: torch.Tensor, maskable: torch.Tensor, h:
     _check_state(h, z, "the relay state h")
 
 
-def _check_decode(step_fn: StepFn, tokens: torch.Tensor, tau: float, max_steps: int,
-                  maskable: torch.Tensor | None) -> None:
+def _check_decode(step_fn: StepFn, tokens: torch.Tensor, tau: float, max_steps: int, maskable) -> None:
     if isinstance(step_fn, nn.Module) and step_fn.training:
         raise ValueError("decode: the model is in training mode (dropout on); call model.eval() first")
     if tokens.dim() != 2 or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:

@@ -118,7 +118,8 @@ def drawing_policy(gen: torch.Generator, tau: float = 0.15, sigma: float = 0.5):
     """The reference, written here by hand: a policy that draws its own threshold at each call,
     max(0, tau + sigma * eps) with one scalar draw from gen, as eager code would."""
     def policy(logits, candidates):
-        return relay.confidence_unmask(logits, candidates, max(0.0, tau + sigma * torch.randn((), generator=gen).item()))
+        eps = torch.randn((), generator=gen).item()
+        return relay.confidence_unmask(logits, candidates, max(0.0, tau + sigma * eps))
     return policy
 
 
