@@ -50,8 +50,8 @@ def _call(step_fn: StepFn, tokens: torch.Tensor, h: torch.Tensor | None, extras:
 
 
 class RelayLayerNorm(nn.LayerNorm):
-    """The relay module R: one affine LayerNorm (paper Appendix A.1.2); gamma = 1, beta = 0 as the paper's
-    Sudoku models. zero_init=True: gamma = beta = 0, so R(h) = 0 and the host model starts as it was: for
+    """The relay module R: one affine LayerNorm (paper Appendix A.1.2), by default gamma = 1, beta = 0 as
+    the paper's Sudoku models. zero_init=True: gamma = beta = 0, so R(h) = 0 and the host model starts as it was: for
     pretrained models and small embeddings (Hugging Face's std 0.02), which a unit-scale R(h) drowns."""
 
     def __init__(self, d: int, eps: float = 1e-5, zero_init: bool = False):
@@ -284,7 +284,7 @@ def rollout_loss(step_fn: StepFn, *, x0: torch.Tensor, z: torch.Tensor, maskable
         n_masked.append(candidates.sum())
         n_committed.append(commit.sum())
     h_store = h.detach().float() if h is not None else None  # the truncation of truncated BPTT
-    return RolloutOutput(loss, z, h_store, step_losses, n_masked, n_committed)  # Alg. 1 line 11: the caller's
+    return RolloutOutput(loss, z, h_store, step_losses, n_masked, n_committed)  # Alg. 1 line 11 (update): the caller's
 
 
 # ----------------------------------------------------------------------------- decoding
