@@ -30,7 +30,7 @@ import torch
 
 from sudoku import MASK, N_CELLS
 from frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
-from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode, device_of, is_legal,
+from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,
                            token_violations)
 from sudoku_report import (NFE_AXES, check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
                            load_results, plot_pareto, tau_key)
@@ -295,10 +295,10 @@ def decode_samples(model: torch.nn.Module, questions: torch.Tensor, tau: float, 
         gen = None
         if args.state_noise > 0:
             gen = torch.Generator(device=device_of(model, questions.device)).manual_seed(args.seed + j)
-        out.append(decode(model, questions, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
-                          relay_carry=args.relay_carry, record_boards=record and j == 0, progress=True,
-                          dtype=args.dtype, temperature=args.temperature, state_noise=args.state_noise,
-                          generator=gen))
+        out.append(decode_puzzles(model, questions, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
+                                  relay_carry=args.relay_carry, record_boards=record and j == 0, progress=True,
+                                  dtype=args.dtype, temperature=args.temperature, state_noise=args.state_noise,
+                                  generator=gen))
     return out
 
 

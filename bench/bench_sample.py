@@ -85,7 +85,7 @@ def main() -> None:
     questions = questions.long()
 
     counting = Counting(model)
-    sudoku_decode.decode(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
+    sudoku_decode.decode_puzzles(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
     settings = [("carry, early exit", True, True), ("no carry, early exit", False, True),
                 ("carry, run to slowest", True, False), ("no carry, run to slowest", False, False)]
     rows = {}
@@ -96,7 +96,7 @@ def main() -> None:
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            res = sudoku_decode.decode(counting, questions, tau=args.tau, batch_size=args.batch_size,
+            res = sudoku_decode.decode_puzzles(counting, questions, tau=args.tau, batch_size=args.batch_size,
                                        relay_carry=carry, early_exit=early)
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
