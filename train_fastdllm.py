@@ -71,8 +71,8 @@ class TrainConfig:
     overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
     allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
     save_interval: int = 200  # optimizer steps between checkpoints (the paper's checkpoint-200 is ckpt-200/); 0 = end only;
-    # no validation in this loop, hence not train_sudoku.py's eval_interval (which validates, then saves);
-    # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB)
+    # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB). This loop does not
+    # validate, hence not train_sudoku.py's eval_interval (which validates, then saves)
     log_interval: int = 1  # steps between log lines and metrics.jsonl records
     # objective
     objective: str = "relay"  # sft | rollout | relay_sg | relay
