@@ -28,6 +28,7 @@ import time
 import numpy as np
 import torch
 
+from devices import pick_device
 from sudoku import MASK, N_CELLS
 from frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
 from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,
@@ -159,7 +160,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=512, help="puzzles per forward; only bNFE depends on it "
                    "(Table 1's batch-1 count and the batch-512 count do not)")
     p.add_argument("--relay_carry", type=_bool, default=True, help="carry h between steps (relay models)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: bf16 autocast on CUDA (the authors' evaluation), fp32 elsewhere; or force one")
     p.add_argument("--out", default="", help="write all metrics and each checkpoint's run config as JSON")
@@ -181,6 +182,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default: Table 1's batch-1 count)")
     p.add_argument("--dump", default="", help="per-puzzle JSONL at --tau: question, answer, prediction, nfe, boards")
     args = p.parse_args(argv)
+    args.device = pick_device(args.device)  # resolved here: the --out file records the device that ran
     if not args.ckpt and not args.results:
         raise SystemExit("give --ckpt=RUN[,RUN...] to evaluate and/or --results=FILE[,FILE...] to merge earlier results")
     if (args.puzzle or args.dump) and not args.ckpt:
