@@ -1,11 +1,11 @@
 # The settings the four cpu_* presets share, executed first by each of them (not a run on its own): a small run
-# that visibly learns in about 10 minutes on a 2-core CPU (see README). 0.8M parameters instead of 7.1M and learned
+# that visibly learns in about 10 minutes on a 2-core CPU (docs/results.md). 0.8M parameters instead of 7.1M and learned
 # positions on top of RoPE; objective, loss, buffer and tau as in the paper.
 n_head = 4
 n_embd = 128
 d_ff = 512
 dropout = 0.0
-pos_emb = True  # learned positions: not in the paper; a small RoPE-only model learns Sudoku far slower (see README)
+pos_emb = True  # learned positions: not in the paper; a small RoPE-only model learns Sudoku far slower (docs/reference.md, "Learned positions")
 batch_size = 128
 learning_rate = 1e-3
 warmup_iters = 100
