@@ -5,7 +5,8 @@ n_head = 4
 n_embd = 128
 d_ff = 512
 dropout = 0.0
-pos_emb = True  # learned positions: not in the paper; a small RoPE-only model learns Sudoku far slower (docs/reference.md, "Learned positions")
+# learned positions: not in the paper; a small RoPE-only model learns Sudoku far slower (docs/reference.md, "Learned positions")
+pos_emb = True
 batch_size = 128
 learning_rate = 1e-3
 warmup_iters = 100

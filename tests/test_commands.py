@@ -163,7 +163,7 @@ def intercept_parsers() -> None:
     argparse.ArgumentParser.parse_args = argparse_hook
     argparse.ArgumentParser.parse_known_args = argparse_hook
     sys.path.insert(0, ROOT)
-    import configurator
+    import configurator  # the trainers' typed config; an ImportError here means it moved: update this probe
     configurator.load_config = config_hook
 
 
