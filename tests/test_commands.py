@@ -5,9 +5,12 @@ line continuations joined. For each repository script (a file, or `python -m pkg
 its arguments with argparse or configurator, a probe subprocess runs it with its parser intercepted: `configurator.load_config` reports the config
 dataclass' fields, `argparse.ArgumentParser.parse_args` reports the parser's option strings; nothing
 past the parsing runs, so no command is really executed. A script that reads sys.argv by hand is not
-run: its flags must appear in its source. Positional config/*.py files must exist.
+run: its flags must appear in its source. Positional config/*.py files must exist, and a path into a
+run's out_dir (out/<run>/<name>) must name what a trainer writes there (its RUN_FILES).
 `torchrun ... script.py` commands are checked like `python script.py`.
 """
+import ast
+import fnmatch
 import glob
 import json
 import os
@@ -116,16 +119,32 @@ def command_problems(cmds: list[tuple[str, list[str]]]) -> list[str]:
                 flag = arg.split("=", 1)[0]
                 if arg.startswith("--") and flag not in result["flags"]:
                     problems.append(f"{where}\n    {target} has no flag {flag}")
+    written = run_files()
     for where, cmd in cmds:
         problems += [f"{where}\n    no such preset: {arg}" for arg in cmd[1:]
                      if arg.startswith("config/") and not os.path.isfile(os.path.join(ROOT, arg))]
+        for name in re.findall(r"(?:^|[=\s])out/[^/=,\s]+/([^/=,\s]+)", " ".join(cmd[1:])):  # out/<run>/<name>
+            if not any(fnmatch.fnmatch(name, pattern) for pattern in written):
+                problems.append(f"{where}\n    a trainer writes no {name} in its out_dir (only {', '.join(written)})")
     return problems
+
+
+def run_files() -> list[str]:
+    """The names the trainers write in an out_dir: their RUN_FILES, read from the source (no heavy import)."""
+    found = []
+    for script in ("train_sudoku.py", "train_fastdllm.py"):
+        for node in ast.parse(open(os.path.join(ROOT, script), encoding="utf-8").read()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "RUN_FILES" for t in node.targets):
+                found += ast.literal_eval(node.value)
+    assert found, "the trainers' RUN_FILES moved: point run_files() at them"
+    return sorted(set(found))
 
 
 def test_docs_commands_name_existing_scripts_and_flags():
     """Fails when a command in README.md or docs/*.md names a missing script or preset, or a flag the script
-    does not accept (checked by misspelling --relay_carry in README.md, pointing a command at a missing
-    scripts/ file, and naming a missing config/ preset)."""
+    does not accept, or a checkpoint no trainer writes (checked by misspelling --relay_carry in README.md,
+    pointing a command at a missing scripts/ file and a missing -m module, naming a missing config/ preset,
+    and restoring the README's old out/fastdllm_relay/checkpoint-200)."""
     cmds = documented_commands()
     assert len(cmds) > 30, "the docs' commands were not found: has the parsing broken?"
     problems = command_problems(cmds)
