@@ -100,7 +100,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bfloat16 | float32
     compile: bool = False  # the training step's loss region as one torch.compile graph (DDP: the model only)
-    seed: int = 1  # Table 1's seeds are 1, 2, 3 (train_fastdllm.py keeps the authors' 42 there)
+    seed: int = 1  # the first of Table 1's seeds 1, 2, 3 (train_fastdllm.py's default is the authors' 42)
 
 
 # -----------------------------------------------------------------------------
