@@ -3,7 +3,7 @@
     python train_sudoku.py config/relay_tied.py --max_iters=1000 --device=cpu
 
 Each positional argument is a Python file whose top-level assignments set config
-fields; each --key=value overrides one field, parsed as a Python literal (falling back
+fields (the presets that share settings first execute a base file, e.g. config/base_table1.py); each --key=value overrides one field, parsed as a Python literal (falling back
 to a plain string). Unknown keys and wrong types are errors, so a typo never silently
 leaves a default in place. The defaults and their meaning live in the script's
 config dataclass, one field per line.
@@ -46,10 +46,11 @@ def _parse_literal(text: str) -> Any:
 
 
 def _run_config_file(source: str, path: str) -> dict[str, Any]:
-    """Execute a preset file; any error in it becomes one ConfigError naming the file and line."""
+    """Execute a preset file; any error in it becomes one ConfigError naming the file and line.
+    __file__ is set as for a module, so a preset can execute a shared base next to it."""
     namespace: dict[str, Any] = {}
     try:
-        exec(compile(source, path, "exec"), {}, namespace)
+        exec(compile(source, path, "exec"), {"__file__": path}, namespace)
     except SyntaxError as e:
         raise ConfigError(f"config file {path}, line {e.lineno}: syntax error: {e.msg}") from None
     except Exception as e:

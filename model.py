@@ -10,7 +10,7 @@ QKV; RoPE over all 64 head dims, base 10000, rotate-half; bidirectional attentio
 output projection; ReLU FFN with biases), final LayerNorm, bias-free head over all 17 ids.
 Dropout 0.1 on attention probabilities, attention output and FFN output.
 
-Relay (paper Eq. relay_recurrence): the input to block 0 is Emb(x) + LN_relay(h), where h is the
+Relay (paper Eq. 2): the input to block 0 is Emb(x) + LN_relay(h), where h is the
 last block's output *before* the final LayerNorm of the previous step. 7,106,304 parameters
 (untied); 7,105,536 without relay; tying the head to the embedding saves 6,528.
 """

@@ -28,9 +28,10 @@ import time
 import numpy as np
 import torch
 
+from devices import pick_device
 from sudoku import MASK, N_CELLS
 from frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
-from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode, device_of, is_legal,
+from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,
                            token_violations)
 from sudoku_report import (NFE_AXES, check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
                            load_results, plot_pareto, tau_key)
@@ -159,7 +160,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch_size", type=int, default=512, help="puzzles per forward; only bNFE depends on it "
                    "(Table 1's batch-1 count and the batch-512 count do not)")
     p.add_argument("--relay_carry", type=_bool, default=True, help="carry h between steps (relay models)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu) | cpu | cuda | cuda:N | mps")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: bf16 autocast on CUDA (the authors' evaluation), fp32 elsewhere; or force one")
     p.add_argument("--out", default="", help="write all metrics and each checkpoint's run config as JSON")
@@ -181,6 +182,7 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default: Table 1's batch-1 count)")
     p.add_argument("--dump", default="", help="per-puzzle JSONL at --tau: question, answer, prediction, nfe, boards")
     args = p.parse_args(argv)
+    args.device = pick_device(args.device)  # resolved here: the --out file records the device that ran
     if not args.ckpt and not args.results:
         raise SystemExit("give --ckpt=RUN[,RUN...] to evaluate and/or --results=FILE[,FILE...] to merge earlier results")
     if (args.puzzle or args.dump) and not args.ckpt:
@@ -295,10 +297,10 @@ def decode_samples(model: torch.nn.Module, questions: torch.Tensor, tau: float, 
         gen = None
         if args.state_noise > 0:
             gen = torch.Generator(device=device_of(model, questions.device)).manual_seed(args.seed + j)
-        out.append(decode(model, questions, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
-                          relay_carry=args.relay_carry, record_boards=record and j == 0, progress=True,
-                          dtype=args.dtype, temperature=args.temperature, state_noise=args.state_noise,
-                          generator=gen))
+        out.append(decode_puzzles(model, questions, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
+                                  relay_carry=args.relay_carry, record_boards=record and j == 0, progress=True,
+                                  dtype=args.dtype, temperature=args.temperature, state_noise=args.state_noise,
+                                  generator=gen))
     return out
 
 

@@ -1,9 +1,9 @@
 """Decoding Sudoku boards with relay.decode: the batched loop both training's validation and sample.py
 use, and the per-step records behind sample.py's metrics.
 
-    pred, nfe, batch_nfe = decode_boards(model, questions, tau=0.15)   # questions (N, 81) token ids
-    res = decode(model, questions, tau=0.15, record_boards=True)       # + violations, boards per step
-    res = decode(model, questions, temperature=1.5)                    # a sampler knob (see sampler_knobs)
+    pred, nfe, batch_nfe = decode_boards(model, questions, tau=0.15)      # questions (N, 81) token ids
+    res = decode_puzzles(model, questions, tau=0.15, record_boards=True)  # + violations, boards per step
+    res = decode_puzzles(model, questions, temperature=1.5)               # a sampler knob (see sampler_knobs)
 
 Every step runs one forward pass on the current board, commits the cells `relay.confidence_unmask`
 selects (inclusive cumulative 1-c below τ, else the single most confident cell) with their argmax
@@ -172,11 +172,11 @@ def check_questions(questions: torch.Tensor) -> None:
                          f"found {bad}; build them with sudoku.digits_to_tokens")
 
 
-def decode(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
-           batch_size: int = 512, relay_carry: bool = True, early_exit: bool = True,
-           record_boards: bool = False, progress: bool = False, dtype: str = "auto",
-           temperature: float = 1.0, state_noise: float = 0.0, generator: torch.Generator | None = None
-           ) -> DecodeResult:
+def decode_puzzles(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,
+                   batch_size: int = 512, relay_carry: bool = True, early_exit: bool = True,
+                   record_boards: bool = False, progress: bool = False, dtype: str = "auto",
+                   temperature: float = 1.0, state_noise: float = 0.0, generator: torch.Generator | None = None
+                   ) -> DecodeResult:
     """Fill the [MASK] cells of `questions` (N, 81) by confidence-threshold decoding.
 
     relay_carry: feed h_out back as the next step's h (relay models only; plain models never get h).

@@ -11,7 +11,7 @@ import torch
 
 from sudoku import (N_CELLS, count_solutions, digits_to_tokens, format_board, is_legal_partial, is_legal_solution,
                     parse_board, pretty_board, tokens_to_digits)
-from sudoku_decode import DecodeResult, decode
+from sudoku_decode import DecodeResult, decode_puzzles
 
 
 def board_text(tokens: torch.Tensor) -> str:
@@ -28,7 +28,7 @@ def show_puzzle(path: str, model: torch.nn.Module, text: str, tau: float, max_st
     if not is_legal_partial(digits):
         raise SystemExit("--puzzle: the clues repeat a digit in a row, column or box; check the puzzle")
     q = torch.as_tensor(digits_to_tokens(digits), dtype=torch.long).view(1, N_CELLS)
-    res = decode(model, q, tau=tau, max_steps=max_steps, batch_size=1, relay_carry=relay_carry, record_boards=True)
+    res = decode_puzzles(model, q, tau=tau, max_steps=max_steps, batch_size=1, relay_carry=relay_carry, record_boards=True)
     print(f"== {path} (τ = {tau:g}) ==\nclues ({int((digits > 0).sum())}):\n{pretty_board(digits)}")
     for step, (board, commit) in enumerate(zip(res.boards[0], res.commits[0]), 1):
         cells = set(commit.nonzero().flatten().tolist())

@@ -55,8 +55,10 @@ RESUME_RULES = run_dir.ResumeRules(
     not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device",
                   "gradient_checkpointing", "effective_batch"),
     # the model's shape, the saved shards' layout and the rollout buffer's (batch, length) only fit these
-    fixed=("objective", "init_from", "bd_size", "batch_size", "max_length", "pad_to", "data", "dtype", "deepspeed",
+    fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "dtype", "deepspeed",
            "zero_persistence_threshold"))
+# config keys renamed to train_sudoku.py's vocabulary: a resume state written before reads under the new names
+RENAMED_KEYS = {"batch_size": "device_batch_size", "threshold": "train_tau"}
 
 
 @dataclass
@@ -68,20 +70,22 @@ class TrainConfig:
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
     allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
-    save_interval: int = 200  # optimizer steps between checkpoints (the paper reports checkpoint-200); 0 = end only;
-    # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB)
+    save_interval: int = 200  # optimizer steps between checkpoints (the paper's checkpoint-200 is ckpt-200/); 0 = end only;
+    # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB). This loop does not
+    # validate, hence not train_sudoku.py's eval_interval (which validates, then saves)
     log_interval: int = 1  # steps between log lines and metrics.jsonl records
     # objective
     objective: str = "relay"  # sft | rollout | relay_sg | relay
     K: int = 2  # rollout forwards per micro-step (gradients span all K; paper: 2)
-    threshold: float = 0.85  # training policy: commit conf > threshold plus each block's argmax
+    train_tau: float = 0.85  # training policy: commit conf > train_tau plus each block's argmax (fixed; train_sudoku.py
+    # draws its train_tau per step)
     bd_size: int = 32  # block size; must match the checkpoint's bd_size (used to build the tiny model)
     max_length: int = 2048  # tokens per conversation after left truncation
     pad_to: int = 0  # pad every row to at least this length (the authors: 2048); 0 = the longest row
     # optimisation (HF Trainer defaults of the authors' runs: AdamW, no weight decay)
-    batch_size: int = 2  # per device
+    device_batch_size: int = 2  # per device (train_sudoku.py's batch_size is global)
     gradient_accumulation_steps: int = 16  # per device
-    # Sequences per optimizer step = batch_size * gradient_accumulation_steps * world size. The authors'
+    # Sequences per optimizer step = device_batch_size * gradient_accumulation_steps * world size. The authors'
     # launcher ran 2 x 16 x 2 GPUs = 64; the paper text says 32. Checked at start; 0 = no check.
     effective_batch: int = 64
     max_iters: int = 200  # optimizer steps to run (the reported models are checkpoint-200)
@@ -100,7 +104,7 @@ class TrainConfig:
     gradient_checkpointing: bool = True
     deepspeed: str = "zero3"  # "" = plain DDP / single process; "zero3" = ZeRO-3 config built from these keys; or a JSON path
     zero_persistence_threshold: int = 100_000  # params smaller than this stay whole (0 shards everything, for tiny models)
-    seed: int = 42
+    seed: int = 42  # the HF Trainer default of the authors' runs (train_sudoku.py: 1, the first of Table 1's seeds)
 
 
 # -----------------------------------------------------------------------------
@@ -225,7 +229,7 @@ def deepspeed_config(cfg: TrainConfig, grad_accum: int) -> dict:
         with open(cfg.deepspeed) as f:
             ds = json.load(f)
     # keys the run owns; "auto" entries of HF-style configs resolve to these
-    ds.update(train_micro_batch_size_per_gpu=cfg.batch_size, gradient_accumulation_steps=grad_accum,
+    ds.update(train_micro_batch_size_per_gpu=cfg.device_batch_size, gradient_accumulation_steps=grad_accum,
               gradient_clipping=cfg.grad_clip, steps_per_print=10 ** 9, wall_clock_breakdown=False)
     ds.pop("train_batch_size", None)
     ds["bf16"] = {"enabled": cfg.dtype == "bfloat16"}
@@ -381,7 +385,7 @@ def resumed_step(state: dict) -> int:
 
 
 @dataclass
-class Run:
+class FastdllmRun:
     """Everything the loop needs, built once by setup()."""
     cfg: TrainConfig
     rank: int
@@ -455,7 +459,7 @@ def load_rows(cfg: TrainConfig, tokenizer, master: bool) -> list:
     return rows
 
 
-def setup(cfg: TrainConfig) -> Run:
+def setup(cfg: TrainConfig) -> FastdllmRun:
     """Processes, model (wrapped by the backend), data, rollout buffer."""
     Backend = DeepSpeedBackend if cfg.deepspeed else TorchBackend
     device = pick_device(cfg.device, allow_mps=not cfg.deepspeed)  # DeepSpeed has no MPS accelerator here
@@ -469,13 +473,13 @@ def setup(cfg: TrainConfig) -> Run:
     Backend.start_processes(device, world)
     master = rank == 0
     grad_accum = cfg.gradient_accumulation_steps
-    if cfg.effective_batch and cfg.batch_size * grad_accum * world != cfg.effective_batch:
-        raise SystemExit(f"train_fastdllm.py: batch_size {cfg.batch_size} x gradient_accumulation_steps {grad_accum} x "
-                         f"{world} processes = {cfg.batch_size * grad_accum * world} sequences per step, but effective_batch="
+    if cfg.effective_batch and cfg.device_batch_size * grad_accum * world != cfg.effective_batch:
+        raise SystemExit(f"train_fastdllm.py: device_batch_size {cfg.device_batch_size} x gradient_accumulation_steps {grad_accum} x "
+                         f"{world} processes = {cfg.device_batch_size * grad_accum * world} sequences per step, but effective_batch="
                          f"{cfg.effective_batch}; change one of them (or --effective_batch=0 to skip this check)")
     if master:
         print_config(cfg)
-        print(f"world {world}, device {device}, {Backend.label(world)}, {cfg.batch_size * grad_accum * world} sequences per optimizer step")
+        print(f"world {world}, device {device}, {Backend.label(world)}, {cfg.device_batch_size * grad_accum * world} sequences per optimizer step")
     torch.manual_seed(cfg.seed + rank)
     random.seed(cfg.seed + rank)
     noise_gen = torch.Generator().manual_seed(cfg.seed + 1000 + rank)  # SFT masks, per rank
@@ -509,17 +513,17 @@ def setup(cfg: TrainConfig) -> Run:
     if tokenizer.pad_token_id is None:
         raise SystemExit("train_fastdllm.py: the tokenizer has no pad token; Fast-dLLM v2 pads with <|endoftext|>")
     try:
-        batches = Batches(rows, cfg.batch_size, rank, world, cfg.seed)
+        batches = Batches(rows, cfg.device_batch_size, rank, world, cfg.seed)
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     mask_id = model.config.mask_token_id
-    buffer = RolloutBuffer(cfg.batch_size, mask_id=mask_id) if cfg.objective != "sft" else None
-    policy = partial(block_confidence_unmask, threshold=cfg.threshold, block_size=cfg.bd_size)
+    buffer = RolloutBuffer(cfg.device_batch_size, mask_id=mask_id) if cfg.objective != "sft" else None
+    policy = partial(block_confidence_unmask, threshold=cfg.train_tau, block_size=cfg.bd_size)
     # One length for the whole run (the longest row, as a multiple of bd_size): the rollout buffer keeps
     # rows across steps. The authors pad to 2048; blocks made only of padding change no loss.
     seq_len = max([len(ids) for ids, _ in rows] + [cfg.pad_to])
-    return Run(cfg, rank, world, device, backend, model, tokenizer, parent_dir, batches, seq_len, buffer, policy,
-               noise_gen, relay_params, config_to_dict(cfg))
+    return FastdllmRun(cfg, rank, world, device, backend, model, tokenizer, parent_dir, batches, seq_len, buffer, policy,
+                       noise_gen, relay_params, config_to_dict(cfg))
 
 
 def resume_dir(cfg: TrainConfig) -> str:
@@ -559,11 +563,12 @@ def check_resume(cfg: TrainConfig) -> dict | None:
 
 
 def resumed_config(cfg: TrainConfig, saved: dict, step: int) -> dict:
+    saved = {RENAMED_KEYS.get(key, key): value for key, value in saved.items()}
     return run_dir.resume_config(saved, config_to_dict(cfg), config_to_dict(TrainConfig()), step, RESUME_RULES,
                                  cfg.allow_config_change, resume_dir(cfg))
 
 
-def load_resume(run: Run) -> int:
+def load_resume(run: FastdllmRun) -> int:
     """Restore out_dir/resume (weights, optimizer, RNG, data position, rollout buffer), its files verified
     against the manifest's checksums first; returns the step."""
     cfg, manifest = run.cfg, None
@@ -593,7 +598,7 @@ def load_resume(run: Run) -> int:
     return step
 
 
-def train_step(run: Run, step: int) -> dict:
+def train_step(run: FastdllmRun, step: int) -> dict:
     """One optimizer step: grad_accum micro-steps of micro_step_loss, then the update. Returns what is logged."""
     cfg, backend = run.cfg, run.backend
     grad_accum = cfg.gradient_accumulation_steps
@@ -627,7 +632,7 @@ def train_step(run: Run, step: int) -> dict:
             "tokens": tokens}
 
 
-def log_step(run: Run, step: int, stats: dict, seconds: float, tokens: int) -> None:
+def log_step(run: FastdllmRun, step: int, stats: dict, seconds: float, tokens: int) -> None:
     """Print the step's losses, averaged over the ranks (a collective: every rank calls it)."""
     # a collective on the run's device: NCCL (the CUDA backend) refuses CPU tensors
     losses = torch.tensor([stats["loss"], stats["l1"], stats["l2"]], dtype=torch.float64,
@@ -657,7 +662,7 @@ def log_step(run: Run, step: int, stats: dict, seconds: float, tokens: int) -> N
         run_dir.append_record(run.log_path, record)
 
 
-def save(run: Run, step: int) -> None:
+def save(run: FastdllmRun, step: int) -> None:
     """out_dir/ckpt-<step>/ in the released layout (written to ckpt-<step>.tmp, then renamed), then
     out_dir/resume/: written to resume.tmp, its manifest (the sha256 of every file) written last, then
     swapped in (run_dir.swap_in). A kill at any point leaves the previous complete state or the new one."""

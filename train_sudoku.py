@@ -55,7 +55,7 @@ class TrainConfig:
     data_dir: str = "data/sudoku"
     paper_config: bool = False  # set by the eight Table 1 presets: data_dir must hold the hub's Sudoku-Extreme
     allow_any_data: bool = False  # let a paper config train on other data (tests, smoke runs); not comparable with the paper
-    eval_interval: int = 5000  # steps between validations and checkpoints; 0 = only at the end
+    eval_interval: int = 5000  # steps between validations, each saving ckpt.pt (as nanoGPT); 0 = only at the end
     eval_split: str = "val"  # prepared split for validation (the authors validated on the test split)
     eval_puzzles: int = 2048  # its first puzzles used (paper: 51,200)
     eval_batch_size: int = 512
@@ -86,7 +86,7 @@ class TrainConfig:
     tie_embeddings: bool = False
     pos_emb: bool = False  # learned absolute positions: not in the paper, used by the CPU presets (see model.py)
     # optimisation
-    batch_size: int = 512  # global: split over DDP ranks
+    batch_size: int = 512  # global: split over DDP ranks (train_fastdllm.py: device_batch_size per device)
     max_iters: int = 300_000
     max_minutes: float = 0.0  # also stop after this much training time (evaluation excluded); 0 = no limit
     learning_rate: float = 5e-4
@@ -100,7 +100,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bfloat16 | float32
     compile: bool = False  # the training step's loss region as one torch.compile graph (DDP: the model only)
-    seed: int = 1
+    seed: int = 1  # the first of Table 1's seeds 1, 2, 3 (train_fastdllm.py's default is the authors' 42)
 
 
 # -----------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
 
 
 @dataclass
-class Run:
+class SudokuRun:
     """What the loop works on, built by setup(): processes, data, model, optimizer and the run's position."""
     cfg: TrainConfig
     device: str
@@ -456,7 +456,7 @@ def start_processes(cfg: TrainConfig) -> tuple[str, int, int, bool]:
     return device, rank, world, ddp
 
 
-def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
+def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
     """Processes, data, model, optimizer, EMA and rollout buffer, restored from out_dir/ckpt.pt on resume."""
     device, rank, world, ddp = start_processes(cfg)
     master = rank == 0
@@ -495,10 +495,10 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> Run:
                                   betas=(cfg.beta1, cfg.beta2), fused=device_type == "cuda")
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     buffer = RolloutBuffer(local_bs, MASK, cfg.buffer_init) if cfg.objective != "mlm" else None
-    run = Run(cfg=cfg, device=device, rank=rank, world=world, ddp=ddp, model=model, raw_model=model, mcfg=mcfg,
-              optimizer=optimizer, ema=ema, buffer=buffer, gen=gen, loss_fn=None, reduce=None,
-              x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=run_dir.BatchOrder(len(x0_all), cfg.seed),
-              run_config=run_config, ckpt_path=ckpt_path, log_path=log_path, wandb=None)
+    run = SudokuRun(cfg=cfg, device=device, rank=rank, world=world, ddp=ddp, model=model, raw_model=model, mcfg=mcfg,
+                    optimizer=optimizer, ema=ema, buffer=buffer, gen=gen, loss_fn=None, reduce=None,
+                    x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=run_dir.BatchOrder(len(x0_all), cfg.seed),
+                    run_config=run_config, ckpt_path=ckpt_path, log_path=log_path, wandb=None)
     if resume is not None:
         restore(run, resume)
     if buffer is not None and buffer.z is None:
@@ -565,7 +565,7 @@ def load_data(cfg: TrainConfig, train_data, val_data, master: bool) -> tuple:
     return x0_all, q_all, val_q, val_a
 
 
-def restore(run: Run, resume: dict) -> None:
+def restore(run: SudokuRun, resume: dict) -> None:
     """Resume: optimizer, EMA, step, data position, training time, this rank's RNG and rollout buffer."""
     cfg, device = run.cfg, run.device
     run.optimizer.load_state_dict(resume["optimizer"])
@@ -603,7 +603,7 @@ def make_loss_fn(cfg: TrainConfig, forward, buffer: RolloutBuffer | None, reduce
     return rollout_step
 
 
-def draw_step_noise(run: Run, maskable: torch.Tensor, mine: slice) -> list[torch.Tensor]:
+def draw_step_noise(run: SudokuRun, maskable: torch.Tensor, mine: slice) -> list[torch.Tensor]:
     """The step's random draws from run.gen, made on the host in the order the losses would make them:
     MLM: the masks of the global batch (identical under DDP), this rank's rows; rollout objectives: the
     staggered start masks (buffer_init=staggered), then the K thresholds
@@ -625,7 +625,7 @@ def to_device_async(t: torch.Tensor, device: str) -> torch.Tensor:
     return t.to(device)
 
 
-def train_step(run: Run) -> tuple[float, torch.Tensor, torch.Tensor | int]:
+def train_step(run: SudokuRun) -> tuple[float, torch.Tensor, torch.Tensor | int]:
     """One optimizer step on the next global batch; returns (lr, loss, puzzles new to the rollout buffer).
     No host sync on CUDA: the batch and the random draws travel as non-blocking copies."""
     cfg, device = run.cfg, run.device
@@ -650,7 +650,7 @@ def train_step(run: Run) -> tuple[float, torch.Tensor, torch.Tensor | int]:
     return lr, loss.detach(), new if new is not None else 0
 
 
-def evaluate(run: Run) -> dict:
+def evaluate(run: SudokuRun) -> dict:
     """Validation metrics of the EMA weights (the raw ones without EMA); {} when validation is off."""
     if run.val_q is None:
         return {}
@@ -661,7 +661,7 @@ def evaluate(run: Run) -> dict:
     return validate(m, run.val_q, run.val_a, run.cfg)
 
 
-def stop_if_collapsed(run: Run, metrics: dict) -> bool:
+def stop_if_collapsed(run: SudokuRun, metrics: dict) -> bool:
     """Announce a collapsed run (collapse_message); True when it should stop (every rank decides alike)."""
     message = collapse_message(metrics, run.cfg) if run.master else None
     if message:
@@ -672,7 +672,7 @@ def stop_if_collapsed(run: Run, metrics: dict) -> bool:
     return bool(stop)
 
 
-def save(run: Run, metrics: dict) -> None:
+def save(run: SudokuRun, metrics: dict) -> None:
     """out_dir/ckpt.pt: everything a bit-exact resume needs, every rank's RNG and rollout buffer included."""
     buffer = run.buffer
     rank_state = {"rng": rng_state(run.gen, run.device), "buffer": to_device(buffer.state_dict(), "cpu") if buffer else None}
@@ -688,7 +688,7 @@ def save(run: Run, metrics: dict) -> None:
                          "metrics": metrics}, run.ckpt_path)
 
 
-def log(run: Run, record: dict) -> None:
+def log(run: SudokuRun, record: dict) -> None:
     run_dir.append_record(run.log_path, record)
     if run.wandb is not None:
         run.wandb.log(record, step=record["step"])

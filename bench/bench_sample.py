@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sudoku_decode  # noqa: E402
+from devices import pick_device  # noqa: E402
 from model import ModelConfig, SudokuTransformer, load_model  # noqa: E402
 from sudoku import MASK, digits_to_tokens, random_grid  # noqa: E402
 
@@ -57,8 +58,9 @@ def main() -> None:
     p.add_argument("--batch_size", type=int, default=512)
     p.add_argument("--tau", type=float, default=0.15)
     p.add_argument("--repeats", type=int, default=2, help="timed runs per setting; the median is reported")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu) | cpu | cuda | mps")
     args = p.parse_args()
+    args.device = pick_device(args.device)
     if args.n < 1 or args.batch_size < 1 or args.repeats < 1:
         raise SystemExit("--n, --batch_size and --repeats must be >= 1")
 
@@ -85,7 +87,7 @@ def main() -> None:
     questions = questions.long()
 
     counting = Counting(model)
-    sudoku_decode.decode(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
+    sudoku_decode.decode_puzzles(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
     settings = [("carry, early exit", True, True), ("no carry, early exit", False, True),
                 ("carry, run to slowest", True, False), ("no carry, run to slowest", False, False)]
     rows = {}
@@ -96,7 +98,7 @@ def main() -> None:
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            res = sudoku_decode.decode(counting, questions, tau=args.tau, batch_size=args.batch_size,
+            res = sudoku_decode.decode_puzzles(counting, questions, tau=args.tau, batch_size=args.batch_size,
                                        relay_carry=carry, early_exit=early)
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()

@@ -5,7 +5,7 @@
     python bench/bench_train.py --device=cuda --compile=True --profile=True  # + the top 15 GPU kernels per objective
     python bench/bench_train.py --device=cpu --n_embd=64 --n_head=4 --n_layer=2 --batch_size=16 --steps=3 --warmup=1
 
-A step is train_sudoku.train_step on a Run that train_sudoku.setup builds, exactly what training runs
+A step is train_sudoku.train_step on a SudokuRun that train_sudoku.setup builds, exactly what training runs
 per optimizer step: the batch's host-to-device copy, the loss (MLM: one forward; rollout objectives:
 buffer refill and K forwards), backward, clip, AdamW, EMA. The data is synthetic (random digit boards
 with 60% blanks, validation off): the step's cost does not depend on the digits. Columns:
@@ -106,13 +106,13 @@ def train_config(cfg: BenchConfig, objective: str) -> ts.TrainConfig:
     return tcfg
 
 
-def make_run(cfg: BenchConfig, objective: str) -> ts.Run:
-    """train_sudoku's Run for this objective on synthetic data (its printout goes to stderr)."""
+def make_run(cfg: BenchConfig, objective: str) -> ts.SudokuRun:
+    """train_sudoku's SudokuRun for this objective on synthetic data (its printout goes to stderr)."""
     with contextlib.redirect_stdout(sys.stderr):
         return ts.setup(train_config(cfg, objective), synthetic_boards(max(4 * cfg.batch_size, 64), cfg.seed))
 
 
-def count_syncs(run: ts.Run) -> int:
+def count_syncs(run: ts.SudokuRun) -> int:
     """Host syncs in one step, as torch.cuda's sync debug mode reports them (warnings)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -148,7 +148,7 @@ def bench(cfg: BenchConfig, objective: str) -> dict:
             "syncs": count_syncs(run) if cuda else None}
 
 
-def profile_table(run: ts.Run, steps: int) -> list[str]:
+def profile_table(run: ts.SudokuRun, steps: int) -> list[str]:
     """Markdown rows of the top 15 by self time over `steps` steps: on CUDA the GPU kernels and copies
     (named as launched: aten kernels eagerly, triton_* kernels when compiled), elsewhere the aten ops."""
     cuda = run.device.startswith("cuda")

@@ -1,21 +1,5 @@
-# A small relay_sg run that visibly learns in about 10 minutes on a 2-core CPU (see README).
-# 0.8M parameters instead of 7.1M and learned positions on top of RoPE; objective, loss, buffer and tau as in the paper.
+# A small relay_sg run that visibly learns in about 10 minutes on a 2-core CPU (config/base_cpu.py).
+import os
+exec(open(os.path.join(os.path.dirname(__file__), "base_cpu.py")).read())
 objective = "relay_sg"
 out_dir = "out/cpu_relay_sg"
-n_layer = 4
-n_head = 4
-n_embd = 128
-d_ff = 512
-dropout = 0.0
-pos_emb = True  # learned positions: not in the paper; a small RoPE-only model learns Sudoku far slower (see README)
-batch_size = 128
-learning_rate = 1e-3
-warmup_iters = 100
-max_iters = 400  # a K=2 step costs about twice an MLM step
-eval_interval = 200  # an early evaluation is slow: an untrained model commits ~1 cell per forward
-eval_puzzles = 500
-log_interval = 25
-device = "cpu"
-# fp32: bf16 autocast is ~1.4x faster on CPUs with avx512_bf16 (`grep avx512_bf16 /proc/cpuinfo`; then add
-# --dtype=bfloat16) but 4x SLOWER without it (AVX2-only machine, 1 busy thread: 12.4 vs 3.2 s/step)
-dtype = "float32"

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     for label, (path, model, _) in zip(labels, sample.load_checkpoints(",".join(ckpts), "cpu", ema=True)):
         results[label] = {}
         for which, (q, a) in sets.items():
-            res = sudoku_decode.decode(model, torch.as_tensor(q), tau=args.tau, batch_size=args.batch_size, progress=True)
+            res = sudoku_decode.decode_puzzles(model, torch.as_tensor(q), tau=args.tau, batch_size=args.batch_size, progress=True)
             results[label][which] = exact_by_bucket(q, a, res.pred.numpy())
         print(f"{label}: own {100 * results[label]['own test split']['all']['exact']:.1f}%, independent "
               f"{100 * results[label]['independent grids']['all']['exact']:.1f}%", flush=True)

@@ -31,8 +31,8 @@ def random_boards(n: int = 64, seed: int = 0) -> types.SimpleNamespace:
 
 
 def run_steps(objective: str, compile: bool, tmp_path, n: int = 3, device: str = "cpu",
-              **extra) -> tuple[list, list, ts.Run]:
-    """n train_step calls; returns each step's loss and the gradients the optimizer saw, and the Run."""
+              **extra) -> tuple[list, list, ts.SudokuRun]:
+    """n train_step calls; returns each step's loss and the gradients the optimizer saw, and the SudokuRun."""
     cfg = ts.TrainConfig(objective=objective, compile=compile, out_dir=str(tmp_path / f"{objective}-{compile}"),
                          train_tau_sigma=0.3, device=device, **TINY, **extra)
     run = ts.setup(cfg, random_boards())
@@ -47,7 +47,7 @@ def run_steps(objective: str, compile: bool, tmp_path, n: int = 3, device: str =
     return losses, grads, run
 
 
-def check_compiled_equals_eager(objective: str, tmp_path, device: str = "cpu", **extra) -> ts.Run:
+def check_compiled_equals_eager(objective: str, tmp_path, device: str = "cpu", **extra) -> ts.SudokuRun:
     torch._dynamo.reset()
     counters.clear()
     eager_losses, eager_grads, eager = run_steps(objective, False, tmp_path, device=device, **extra)

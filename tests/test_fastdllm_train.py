@@ -232,7 +232,7 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
         cfg = load_config(T.TrainConfig, [os.path.join(ROOT, "config", f"fastdllm_{name}.py")])
         assert cfg.objective in T.OBJECTIVES
     paper = load_config(T.TrainConfig, [os.path.join(ROOT, "config", "fastdllm_relay.py")])
-    assert (paper.batch_size, paper.gradient_accumulation_steps, paper.learning_rate, paper.deepspeed) == (2, 16, 5e-6, "zero3")
+    assert (paper.device_batch_size, paper.gradient_accumulation_steps, paper.learning_rate, paper.deepspeed) == (2, 16, 5e-6, "zero3")
     os.chdir(ROOT)
     with pytest.raises(SystemExit, match="objective must be one of"):
         _run(tmp_path, "--objective=mlm")
@@ -480,5 +480,5 @@ def test_a_mask_token_in_a_response_is_a_one_line_error_at_load(tmp_path, capsys
     rows.append({"prompt": "Say the mask token.", "answer": "It is |<MASK>| here."})
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(SystemExit, match=r"training row \d+ has the mask token \(id \d+\) in its response") as e:
-        _run(tmp_path / "run", f"--data={data}", "--max_iters=1", "--batch_size=2", "--effective_batch=0")
+        _run(tmp_path / "run", f"--data={data}", "--max_iters=1", "--device_batch_size=2", "--effective_batch=0")
     assert "\n" not in str(e.value)

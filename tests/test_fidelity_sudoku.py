@@ -237,7 +237,7 @@ class FixedLogits(nn.Module):
 
 def test_rollout_loss_by_hand_with_revealed_cells_k2(device):
     """K = 2 rollout loss on two 4-cell rows, computed by hand: L = L_1 + L_2, each L_k the cross-entropy
-    averaged over the still-masked, non-clue cells of the whole batch (paper Eq. relay_rollout_objective;
+    averaged over the still-masked, non-clue cells of the whole batch (paper Eq. 5;
     the authors' code sums the per-step token means). Row 0 has a clue and an already revealed cell.
 
     Catches: the loss taken over all maskable cells (revealed ones included); clues scored; L_1 and L_2

@@ -386,7 +386,7 @@ def test_bad_sample_inputs_stop_before_decoding(tmp_path, monkeypatch):
     torch.save([1, 2, 3], tmp_path / "list.pt")
     bad = tiny_checkpoint(tmp_path / "bad.pt")
     corrupt_tensor_byte(bad)
-    monkeypatch.setattr(sample, "decode", lambda *a, **k: pytest.fail("decoded before checking the inputs"))
+    monkeypatch.setattr(sample, "decode_puzzles", lambda *a, **k: pytest.fail("decoded before checking the inputs"))
     for args, message in [([f"--ckpt={tmp_path / 'empty.pt'}"], "is empty (0 bytes)"),
                           ([f"--ckpt={tmp_path / 'list.pt'}"], "holds a list, not a checkpoint"),
                           ([f"--ckpt={bad}"], "corrupted"),

@@ -108,7 +108,7 @@ def test_fastdllm_resume_refuses_changed_hyperparameters_and_records_an_allowed_
     before = snapshot(out)
     for args, message in [(["--learning_rate=1e-3"], "resume: learning_rate changed: .*resume has learning_rate=0.003, "
                                                       "this run learning_rate=0.001; .*--allow_config_change=True"),
-                          (["--batch_size=1", "--allow_config_change=True"], "batch_size changed: .*only fit its value")]:
+                          (["--device_batch_size=1", "--allow_config_change=True"], "device_batch_size changed: .*only fit its value")]:
         with pytest.raises(SystemExit, match=message) as e:
             fastdllm(out, "--max_iters=3", "--resume=True", *args)
         assert "\n" not in str(e.value) and snapshot(out) == before
@@ -122,6 +122,24 @@ def test_fastdllm_resume_refuses_changed_hyperparameters_and_records_an_allowed_
     assert record["step"] == 3 and record["lr"] == T.lr_at(2, cfg)
     state = torch.load(out / "resume" / "state.pt", weights_only=False)
     assert [g["weight_decay"] for g in state["optimizer"]["param_groups"]] == [0.1]  # not the saved 0.0
+
+
+def test_fastdllm_resumes_a_state_written_under_the_old_key_names(tmp_path):
+    """A resume/ written before batch_size and threshold became device_batch_size and train_tau resumes
+    under the new names: its value is kept and a change is refused as before. Bug checked: resumed_config
+    without RENAMED_KEYS (the saved threshold was read as the default 0.85: the same-value resume was
+    refused and a run with the default went on silently)."""
+    out = tmp_path / "run"
+    fastdllm(out, "--max_iters=2", "--train_tau=0.5")
+    path = out / "resume" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["config"]["threshold"] = manifest["config"].pop("train_tau")
+    manifest["config"]["batch_size"] = manifest["config"].pop("device_batch_size")
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(SystemExit, match="resume: train_tau changed: .*train_tau=0.5, this run train_tau=0.85"):
+        fastdllm(out, "--max_iters=3", "--resume=True")
+    fastdllm(out, "--max_iters=3", "--resume=True", "--train_tau=0.5")
+    assert steps_logged(out) == [1, 2, 3]
 
 
 def test_a_kill_during_a_fastdllm_save_never_leaves_a_wrong_state(tmp_path, monkeypatch):

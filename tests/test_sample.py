@@ -112,12 +112,12 @@ def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step(device):
     q = q.to(device)  # a parameter-free model decodes on the questions' device
     conf = torch.full((81,), 0.9, device=device)  # u = 0.1 each: 0.1 < 0.15 but 0.1 + 0.1 is not
     model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
-    res = sudoku_decode.decode(model, q, tau=0.15, record_boards=True)
+    res = sudoku_decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
     assert res.nfe.tolist() == [3] and res.batch_nfe.tolist() == [4]
     assert [int(c.sum()) for c in res.commits[0]] == [1, 1, 1]
     assert torch.equal(res.pred, a)
     # u = 0.1 x 3 = 0.3 < 0.35: all three in one forward
-    res = sudoku_decode.decode(model, q, tau=0.35)
+    res = sudoku_decode.decode_puzzles(model, q, tau=0.35)
     assert res.nfe.tolist() == [1] and torch.equal(res.pred, a)
 
 
@@ -127,7 +127,7 @@ def test_nothing_qualifying_forces_the_most_confident_cell(device):
     conf = torch.full((81,), 0.99)
     conf[3], conf[40], conf[77] = 0.5, 0.7, 0.6  # every u >= 0.3 > tau
     model = Scripted(fixed_rule(conf.to(device), torch.as_tensor(sol, dtype=torch.long, device=device)))
-    res = sudoku_decode.decode(model, q, tau=0.15, record_boards=True)
+    res = sudoku_decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
     order = [c.nonzero().flatten().tolist() for c in res.commits[0]]
     assert order == [[40], [77], [3]]  # one cell per step, most confident first
     assert res.nfe.tolist() == [3] and torch.equal(res.pred, a)
@@ -135,7 +135,7 @@ def test_nothing_qualifying_forces_the_most_confident_cell(device):
 
 def test_tau_zero_commits_one_cell_per_step(device):
     q, _ = make_puzzles(3, seed=5)
-    res = sudoku_decode.decode(Scripted(hashed_rule), q.to(device), tau=0.0)
+    res = sudoku_decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.0)
     assert torch.equal(res.nfe, (q == MASK).sum(1))
 
 
@@ -147,13 +147,13 @@ def test_early_exit_batching_and_invariants(make_model, device):
     model = make_model().to(device)
     q, _ = make_puzzles(10, seed=2)
     qd = q.to(device)
-    ref = sudoku_decode.decode(model, qd, tau=0.3, batch_size=4, record_boards=True)
+    ref = sudoku_decode.decode_puzzles(model, qd, tau=0.3, batch_size=4, record_boards=True)
     assert ref.nfe.min() < ref.nfe.max()  # puzzles finish at different steps: early exit matters
     # the paper's count: 1 + the slowest puzzle of each batch of 4
     for s in range(0, 10, 4):
         assert (ref.batch_nfe[s:s + 4] == 1 + ref.nfe[s:s + 4].max()).all()
     for kwargs in (dict(batch_size=4, early_exit=False), dict(batch_size=1), dict(batch_size=10), dict(batch_size=3)):
-        other = sudoku_decode.decode(model, qd, tau=0.3, record_boards=True, **kwargs)
+        other = sudoku_decode.decode_puzzles(model, qd, tau=0.3, record_boards=True, **kwargs)
         assert torch.equal(other.pred, ref.pred), kwargs
         assert torch.equal(other.nfe, ref.nfe), kwargs
         assert torch.equal(other.violations_rollout, ref.violations_rollout), kwargs
@@ -177,7 +177,7 @@ def test_early_exit_skips_forwards_on_finished_puzzles(device):
     counted = {}
     for early in (True, False):
         model = Scripted(hashed_rule)
-        res = sudoku_decode.decode(model, q.to(device), tau=0.3, batch_size=6, early_exit=early)
+        res = sudoku_decode.decode_puzzles(model, q.to(device), tau=0.3, batch_size=6, early_exit=early)
         counted[early] = sum(t.size(0) for t, _ in model.calls)
     assert counted[True] == res.nfe.sum()  # exactly one row-forward per puzzle step
     assert counted[False] == 6 * (res.batch_nfe[0] - 1)  # every row on every loop iteration
@@ -185,7 +185,7 @@ def test_early_exit_skips_forwards_on_finished_puzzles(device):
 
 def test_max_steps_then_one_final_forward_fills_the_rest(device):
     q, _ = make_puzzles(3, seed=4)
-    res = sudoku_decode.decode(Scripted(hashed_rule), q.to(device), tau=0.0, max_steps=5, record_boards=True)
+    res = sudoku_decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.0, max_steps=5, record_boards=True)
     assert res.nfe.tolist() == [6, 6, 6] and res.batch_nfe.tolist() == [6, 6, 6]
     assert (res.pred != MASK).all()
     assert [int(c.sum()) for c in res.commits[0]][:5] == [1] * 5
@@ -212,11 +212,11 @@ def test_relay_state_is_carried_row_by_row(device):
     q = q.to(device)
     for bs, early in ((7, True), (3, True), (3, False), (1, True)):
         model = Scripted(rule, relay=True)
-        res = sudoku_decode.decode(model, q, tau=0.15, batch_size=bs, early_exit=early)
+        res = sudoku_decode.decode_puzzles(model, q, tau=0.15, batch_size=bs, early_exit=early)
         assert torch.equal(res.nfe, n_blank.clamp(max=3)), (bs, early)
         assert model.calls[0][1] is None
     # without carry every step looks like the first: one cell per step
-    res = sudoku_decode.decode(Scripted(rule, relay=True), q, tau=0.15, relay_carry=False)
+    res = sudoku_decode.decode_puzzles(Scripted(rule, relay=True), q, tau=0.15, relay_carry=False)
     assert torch.equal(res.nfe, n_blank)
 
 
@@ -229,28 +229,28 @@ def test_zeroed_relay_layernorm_decodes_like_the_plain_model(device):
         relay.relay_norm.bias.zero_()
     plain, relay = plain.to(device), relay.to(device)  # on CUDA under the decoder's bf16 autocast
     q, _ = make_puzzles(6, seed=7)
-    a = sudoku_decode.decode(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
-    b = sudoku_decode.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
+    a = sudoku_decode.decode_puzzles(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
+    b = sudoku_decode.decode_puzzles(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
     assert torch.equal(a.pred, b.pred) and torch.equal(a.nfe, b.nfe)
     assert all(torch.equal(x, y) for x, y in zip(a.boards, b.boards))
     # and a live relay does change the decode (the test above is not vacuous)
     with torch.no_grad():
         relay.relay_norm.weight.fill_(3.0)
-    c = sudoku_decode.decode(DigitsOnly(relay), q, tau=0.2, batch_size=4)
+    c = sudoku_decode.decode_puzzles(DigitsOnly(relay), q, tau=0.2, batch_size=4)
     assert not (torch.equal(a.pred, c.pred) and torch.equal(a.nfe, c.nfe))
 
 
 def test_decode_restores_training_mode_and_rejects_bad_questions():
     model = tiny(relay=True).train()
     q, _ = make_puzzles(2)
-    sudoku_decode.decode(DigitsOnly(model), q, tau=0.5)
+    sudoku_decode.decode_puzzles(DigitsOnly(model), q, tau=0.5)
     assert model.training
     with pytest.raises(ValueError, match="81"):
-        sudoku_decode.decode(model, q[:, :80])
+        sudoku_decode.decode_puzzles(model, q[:, :80])
     with pytest.raises(ValueError, match="MASK"):
-        sudoku_decode.decode(model, q.clamp(max=3))
+        sudoku_decode.decode_puzzles(model, q.clamp(max=3))
     with pytest.raises(ValueError, match="integer"):
-        sudoku_decode.decode(model, q.float())
+        sudoku_decode.decode_puzzles(model, q.float())
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -293,7 +293,7 @@ def test_score_on_hand_made_boards(device):
 
 def test_violations_rollout_sums_the_boards_after_each_forward(device):
     q, _ = make_puzzles(4, seed=9)
-    res = sudoku_decode.decode(Scripted(hashed_rule), q.to(device), tau=0.3, record_boards=True)
+    res = sudoku_decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.3, record_boards=True)
     for i in range(4):
         assert res.violations_rollout[i] == sudoku_decode.token_violations(res.boards[i]).sum()
     assert res.violations_rollout.sum() > 0  # hashed_rule ignores Sudoku rules: it does make violations

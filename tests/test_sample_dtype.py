@@ -17,7 +17,7 @@ def logits_dtypes(dtype: str) -> tuple[set, torch.Tensor]:
     seen = set()
     model.head.register_forward_hook(lambda m, i, out: seen.add(out.dtype))
     q, _ = make_puzzles(4)
-    return seen, sudoku_decode.decode(model, q, tau=0.15, dtype=dtype).pred
+    return seen, sudoku_decode.decode_puzzles(model, q, tau=0.15, dtype=dtype).pred
 
 
 def test_decode_dtype_sets_the_autocast():
@@ -36,12 +36,12 @@ def test_decode_dtype_sets_the_autocast():
 def test_sample_cli_passes_dtype_and_records_it(tmp_path, monkeypatch):
     """--dtype reaches every decode call and the --out file records it. Catches: the flag parsed but not
     passed on (tried: fails)."""
-    seen, decode = [], sample.decode
+    seen, decode = [], sample.decode_puzzles
 
     def spy(*args, **kwargs):
         seen.append(kwargs.get("dtype"))
         return decode(*args, **kwargs)
-    monkeypatch.setattr(sample, "decode", spy)
+    monkeypatch.setattr(sample, "decode_puzzles", spy)
     out = tmp_path / "r.json"
     sample.main([f"--ckpt={constant_checkpoint(tmp_path / 'c.pt')}", f"--data={puzzle_csv(tmp_path / 'p.csv')}",
                  "--n=2", "--taus=0.15", "--dtype=bfloat16", f"--out={out}"])

@@ -29,7 +29,7 @@ def test_temperature_changes_the_confidences_the_threshold_rule_reads(device):
     by_hand = math.sqrt(0.99) / (math.sqrt(0.99) + 16 * math.sqrt(0.01 / 16))
     assert 1 - by_hand > 0.15
     for T, forwards in ((1.0, 1), (2.0, 3), (0.5, 1)):
-        res = sudoku_decode.decode(model, q.to(device), tau=0.15, temperature=T)
+        res = sudoku_decode.decode_puzzles(model, q.to(device), tau=0.15, temperature=T)
         assert res.nfe.tolist() == [forwards] and res.batch1_nfe.tolist() == [forwards + 1], T
         assert torch.equal(res.pred.cpu(), a), T
 
@@ -61,7 +61,7 @@ def test_state_noise_is_added_to_the_carried_state_only(device):
                                                                           device=tokens.device), h_out
     model = Scripted(rule, relay=True)
     gen = torch.Generator(device=device).manual_seed(3)
-    sudoku_decode.decode(model, q, tau=0.0, max_steps=4, state_noise=0.5, generator=gen)
+    sudoku_decode.decode_puzzles(model, q, tau=0.0, max_steps=4, state_noise=0.5, generator=gen)
     replay = torch.Generator(device=device).manual_seed(3)
     assert model.calls[0][1] is None
     for (prev_tokens, _), (_, h) in zip(model.calls, model.calls[1:]):
@@ -79,7 +79,7 @@ def test_knobs_refuse_bad_values_in_one_line(tmp_path):
     for kwargs, message in (({"temperature": 0.0}, "temperature must be"), ({"state_noise": -1.0}, "state_noise must"),
                             ({"state_noise": 0.1}, "carries none")):
         with pytest.raises(ValueError, match=message):
-            sudoku_decode.decode(model, q, **kwargs)
+            sudoku_decode.decode_puzzles(model, q, **kwargs)
     ckpt, data = constant_checkpoint(tmp_path / "c.pt"), puzzle_csv(tmp_path / "p.csv")
     for args, message in ((["--temperature=0"], "--temperature must"), (["--state_noise=nan"], "--state_noise must"),
                           (["--samples_per_puzzle=2"], "needs --state_noise > 0"),

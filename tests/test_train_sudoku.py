@@ -50,7 +50,8 @@ def run(tmp, *args, train=TRAIN, val=VAL, device="cpu") -> dict:
     return torch.load(os.path.join(tmp, "ckpt.pt"), map_location="cpu", weights_only=True)
 
 
-CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "config", "*.py")) if not os.path.basename(p).startswith("fastdllm_"))
+CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "config", "*.py"))
+                 if not os.path.basename(p).startswith(("fastdllm_", "base_")))  # base_*: the presets' shared settings
 PAPER = {"mlm": 7_105_536, "rollout": 7_105_536, "relay_sg": 7_106_304, "relay": 7_106_304}
 
 
