@@ -167,6 +167,7 @@ class RolloutBuffer:
         self.size, self.mask_id, self.init = size, mask_id, init
         self.x0 = self.z = self.maskable = self.h = None  # h: set by the first relay rollout (or allocate)
         self.extras: dict[str, torch.Tensor] = {}
+        self.awaiting_update = False  # inputs() handed out, update(out) not yet called
 
     def allocate(self, length: int, device: torch.device | str | None = None, state_dim: int | None = None,
                  dtype: torch.dtype = torch.long, extras: dict[str, torch.Tensor] | None = None) -> None:
@@ -191,6 +192,8 @@ class RolloutBuffer:
         """Alg. 1 lines 2-3: the first rows of (x0, maskable, extras) go into the finished slots, with h = 0;
         the other rows are DROPPED. Returns how many (a tensor: no host sync). start_masked replaces
         staggered's draw, e.g. mlm_masking(maskable=all True, generator=g) made outside torch.compile."""
+        if self.awaiting_update:  # else the next step silently rolls out the same window again
+            raise RuntimeError("RolloutBuffer.refill: call buffer.update(out) with rollout_loss's output first")
         extras = dict(extras or {})
         _check_refill(self, x0, maskable, extras)
         x0, maskable = x0[: self.size], maskable[: self.size]
@@ -221,11 +224,13 @@ class RolloutBuffer:
         buffer is the one source of mask_id (passing mask_id= as well is a TypeError)."""
         if self.z is None:
             raise ValueError("the rollout buffer is empty: call buffer.refill(x0, maskable) first")
+        self.awaiting_update = True
         return dict(x0=self.x0, z=self.z, maskable=self.maskable, h=self.h, mask_id=self.mask_id, extras=self.extras)
 
     def update(self, out: "RolloutOutput") -> None:
         """Move every slot on to the tokens and (detached) state its rollout ended in."""
         self.z, self.h = out.z, out.h
+        self.awaiting_update = False
 
     def state_dict(self) -> dict[str, torch.Tensor | None]:
         """Tensors (or None) only, so callers can move every entry with .to(device)."""
@@ -235,6 +240,7 @@ class RolloutBuffer:
     def load_state_dict(self, state: dict) -> None:
         _check_buffer_state(state, self.mask_id)
         self.x0, self.z, self.maskable, self.h = state["x0"], state["z"], state["maskable"], state["h"]
+        self.awaiting_update = False
         self.extras = {k[len("extras."):]: v for k, v in state.items() if k.startswith("extras.")}
 
 

@@ -316,6 +316,21 @@ class ToyMDM(torch.nn.Module):
         return self.head(h_out), h_out
 
 
+def test_refill_refuses_a_buffer_whose_rollout_was_never_stored():
+    """Trap of the state-tensor API: a loop that forgets buffer.update(out) refills nothing (no slot
+    finished) and rolls the same window out again, silently. Checked: fails if refill stops checking,
+    or if update() stops clearing the flag (the correct loop then raises)."""
+    x0 = torch.randint(0, 5, (4, 9))
+    maskable = torch.ones(4, 9, dtype=torch.bool)
+    buf = RolloutBuffer(4, mask_id=5)
+    for _ in range(2):  # the correct loop: refill, roll out, store
+        buf.refill(x0, maskable)
+        buf.update(rollout_loss(ToyMDM(), **buf.inputs(), K=1, policy=policies(1)))
+    rollout_loss(ToyMDM(), **buf.inputs(), K=1, policy=policies(1))  # output dropped
+    with pytest.raises(RuntimeError, match="buffer.update"):
+        buf.refill(x0, maskable)
+
+
 def test_mask_id_is_required_and_buffer_and_loss_must_agree():
     """Trap: mask_id defaulted to Sudoku's 2 in three places; a buffer and a loss that disagree gave
     loss 0 and n_masked 0. Checked: fails if RolloutBuffer/mlm_loss/rollout_loss get a default mask_id
