@@ -205,7 +205,7 @@ def _blocks(steps: range, progress: bool):
 
 def _decode(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progress) -> GenerateOutput:
     """Block by block: the first token, the denoising forwards, the rows that are done leave, the clean
-    block joins the cache (docs/fastdllm.md, "decode modes", for what the authors' procedure does)."""
+    block joins the cache (docs/fastdllm.md, "Decoding: the two modes", for what the authors' procedure does)."""
     bs = opt.bs
     st = _new_batch(model, prompts, max_new_tokens, prefix_cache, opt)
     next_logit = _prefill(model, st, st.b0, bs)
