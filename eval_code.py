@@ -16,7 +16,8 @@ Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
     point needs; see sanitize()), with the fallbacks of the authors' to_evalplus_solution;
   - scoring: every program runs in sandbox.py's isolation (bubblewrap where it works, else namespaces
     built by sandbox.py itself; with neither the command refuses unless --sandbox=unsafe is given, and
-    it prints the mode and why any stronger one was not used; docs/sandbox.md). With an EvalPlus-format
+    it prints the mode and why any stronger one was not used; docs/sandbox.md), judged by
+    fastdllm_judge.py. With an EvalPlus-format
     file (HumanEvalPlus / MbppPlus jsonl) "base" and "plus" are EvalPlus' differential tests: the
     program returns its outputs on base_input / plus_input as data and the harness compares them with
     those of the canonical solution (floats within atol). Without one, HumanEval "base" runs the
@@ -37,13 +38,14 @@ import os
 import tempfile
 import time
 import zlib
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
+import fastdllm_judge
 import sandbox
 from configurator import ConfigError, config_to_dict, load_config, print_config
+from devices import pick_device
 
 
 @dataclass
@@ -280,55 +282,10 @@ def batches(prompts: list[str], ids: list[list[int]], batch_size: int, decode: s
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def plus_columns(results: list[dict]) -> dict:
-    """pass@1 plus under both rules, in percent: EvalPlus' official one (plus counts only where base passes
-    too) and the authors' (plus tests alone), which is what their Table 2 reports."""
-    n = len(results)
-    return dict(pass1_plus_evalplus=100.0 * sum(bool(r["base"] and r["plus_inputs"]) for r in results) / n,
-                pass1_plus_authors=100.0 * sum(bool(r["plus_inputs"]) for r in results) / n)
-
-
-def pass_at_1(results: list[dict], has_plus: bool) -> dict:
-    """Every pass@1 column of results.json, in percent: base, and plus under both rules (None without
-    an EvalPlus file)."""
-    base = dict(pass1_base=100.0 * sum(bool(r["base"]) for r in results) / len(results))
-    return {**base, **(plus_columns(results) if has_plus else dict(pass1_plus_evalplus=None, pass1_plus_authors=None))}
-
-
-# -----------------------------------------------------------------------------
-# execution: sandbox.py runs each program in isolation; verdicts are computed here in the harness
-
-def score(problems: list[dict], solutions: list[str], has_plus: bool, mbpp: bool = False, workers: int = 0,
-          timeout: float = 10.0, memory_gb: float = 4.0, cache_dir: str | None = None, mode: str = "auto",
-          on_result=None) -> list[dict]:
-    """Per problem {"base", "plus", "plus_inputs", "error"} (see sandbox.judge_task); plus = base and
-    plus inputs pass (EvalPlus), plus_inputs = the plus inputs alone. on_result(i, verdict) is called
-    as each problem is judged."""
-    if not problems:  # everything judged already (a resumed run)
-        return []
-    workers = workers or os.cpu_count() or 1
-    mode = sandbox.isolation_mode(mode)
-    gt = sandbox.ground_truth(problems, mbpp, workers, memory_gb, cache_dir or os.path.expanduser("~/.cache/relay"),
-                              mode) if has_plus else None
-    results = [None] * len(problems)
-    with ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(sandbox.judge_task, p, code, gt, mbpp, timeout, memory_gb, mode): i
-                   for i, (p, code) in enumerate(zip(problems, solutions))}
-        for fut in tqdm(as_completed(futures), total=len(futures), desc="tests", leave=False):
-            i = futures[fut]
-            results[i] = fut.result()
-            if on_result is not None:
-                on_result(i, results[i])
-    return results
-
-
-# -----------------------------------------------------------------------------
-# the command
-
 def _load_model(cfg: EvalConfig):
     import torch
     import fastdllm_model
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    device = pick_device(cfg.device)
     if cfg.model == "tiny":
         model = fastdllm_model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed).to(device)
         return model.eval(), fastdllm_model.make_tiny_tokenizer(), device
@@ -508,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
         judged[p["task_id"]] = row
 
     try:
-        score([problems[i] for i in todo], [programs[i] for i in todo], has_plus, mbpp=cfg.dataset == "mbpp",
+        fastdllm_judge.judge_solutions([problems[i] for i in todo], [programs[i] for i in todo], has_plus, mbpp=cfg.dataset == "mbpp",
               workers=cfg.workers, timeout=cfg.timeout, memory_gb=cfg.memory_gb,
               cache_dir=os.path.expanduser(cfg.gt_cache_dir), mode=mode, on_result=record)
     except RuntimeError as e:  # a canonical solution fails on its own inputs: the data or the harness is broken
@@ -520,7 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
     gen_seconds = sum({r["batch"]: r["batch_seconds"] for r in rows}.values())
     summary = dict(
         dataset=cfg.dataset, n_problems=n,
-        **pass_at_1(results, has_plus),
+        **fastdllm_judge.pass_at_1(results, has_plus),
         mean_nfe=sum(r["nfe"] for r in rows) / n if rows else None,
         tokens_per_s=sum(r["n_tokens"] for r in rows) / gen_seconds if gen_seconds else None,
         generation_s=gen_seconds, sandbox=mode, config=config_to_dict(cfg))

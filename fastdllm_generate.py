@@ -1,4 +1,4 @@
-"""Fast-dLLM v2 block-diffusion decoding with a KV cache and the Relay carry (paper Sec. 5, Table 2).
+"""Fast-dLLM v2 block-diffusion decoding with a KV cache and the Relay carry (paper Sec. 4.2, Table 2).
 
     from fastdllm_model import load_fastdllm
     from fastdllm_generate import generate
@@ -7,8 +7,7 @@
     out = generate(model, ids, relay_carry=True, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
     out.tokens, out.nfe  # generated ids per prompt (stop token excluded), denoising forwards per prompt
 
-    python fastdllm_generate.py --model=DIR --relay_carry=True --prompt="Write a function that ..."
-    python fastdllm_generate.py --model=tiny --max_new_tokens=64      # random tiny model, CPU smoke test
+The command line (one prompt, chat template) is fastdllm_chat.py; the KV cache is fastdllm_cache.py.
 
 The algorithm (docs/fastdllm.md, "Decoding: the two modes"; this describes decode='batch_invariant', the authors'
 batch variant, the default, differs as listed there):
@@ -27,12 +26,15 @@ batch variant, the default, differs as listed there):
     block holding its max_new_tokens-th token is complete.
   - NFE (Table 2): per row, the denoising forwards in which the row was unfinished and had a MASK in the
     active sub-block. Prefill and cache-update forwards are not counted.
+Both modes run the one loop below (generate -> _decode); _Settings.batch_invariant picks the few steps
+where they differ: the block count, the block's first token, the sub-block cache's span, whose carry a
+forward replaces, and where an answer ends.
 
-Relay carry (paper Sec. 4; docs/fastdllm.md): inside a block, each denoising forward gets
-h_t = shift(h_s of that row's previous forward), injected at MASK positions only (FastDLLM.embed); the
-carry is reset at every block start and never enters the cache-update forward. The authors could only
-carry with the block cache off; here the carry works with the prefix cache (exact: tested equal to full
-recomputation) and with the sub-block cache.
+Relay carry (the relay state of paper Sec. 3, run inside Fast-dLLM's blocks as in Sec. 4.2; docs/fastdllm.md):
+inside a block, each denoising forward gets h_t = shift(h_s of that row's previous forward), injected at
+MASK positions only (FastDLLM.embed); the carry is reset at every block start and never enters the
+cache-update forward. The authors could only carry with the block cache off; here the carry works with
+the prefix cache (exact: tested equal to full recomputation) and with the sub-block cache.
 
 Caches:
   - prefix_cache=True (default) is exact: completed blocks never change, and recomputing them gives the
@@ -46,74 +48,9 @@ Caches:
 from dataclasses import dataclass, field
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
 
+from fastdllm_cache import BlockKVCache
 from fastdllm_model import FastDLLM, FastDLLMOutput, block_causal_mask, shift_hidden, shift_logits
-
-
-# -----------------------------------------------------------------------------
-# KV cache: one preallocated buffer per layer, written in place
-
-
-class _BlockLayer(CacheLayerMixin):
-    """Keys/values (B, H_kv, capacity, head_dim). Each forward writes its keys at the positions planned by
-    the owning BlockKVCache and attends to everything before the planned end. Writing never moves the
-    committed length: denoising forwards overwrite the active block in place, so no copy of the prefix
-    is made per forward (transformers' DynamicCache would concatenate, i.e. copy the whole prefix)."""
-
-    def __init__(self, owner: "BlockKVCache"):
-        super().__init__()
-        self.owner = owner
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        B, H, _, D = key_states.shape
-        self.keys = key_states.new_zeros(B, H, self.owner.capacity, D)
-        self.values = value_states.new_zeros(B, H, self.owner.capacity, D)
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        start, end, rows = self.owner.write_start, self.owner.kv_end, self.owner.rows
-        n = key_states.shape[-2]
-        if rows is None:
-            self.keys[:, :, start:start + n] = key_states
-            self.values[:, :, start:start + n] = value_states
-            return self.keys[:, :, :end], self.values[:, :, :end]
-        self.keys[rows, :, start:start + n] = key_states  # a forward over some rows of the batch (rare)
-        self.values[rows, :, start:start + n] = value_states
-        return self.keys[rows, :, :end], self.values[rows, :, :end]
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.owner.kv_end, 0
-
-    def get_seq_length(self) -> int:
-        return self.owner.length
-
-    def get_max_length(self) -> int:
-        return self.owner.capacity
-
-    def select(self, rows: torch.Tensor) -> None:
-        if self.is_initialized:
-            self.keys, self.values = self.keys[rows], self.values[rows]
-
-
-class BlockKVCache(Cache):
-    """The prefix cache (plus the active block's keys for the sub-block cache). `plan` says where the next
-    forward writes and how far it attends; `length` is the committed prefix."""
-
-    def __init__(self, n_layers: int, capacity: int):
-        self.capacity, self.length, self.write_start, self.kv_end, self.rows = capacity, 0, 0, 0, None
-        super().__init__(layers=[_BlockLayer(self) for _ in range(n_layers)])
-
-    def plan(self, write_start: int, kv_end: int, commit: bool, rows: torch.Tensor | None = None) -> None:
-        self.write_start, self.kv_end, self.rows = write_start, kv_end, rows
-        if commit:  # this forward's keys become part of the read-only prefix
-            self.length = kv_end
-
-    def select(self, rows: torch.Tensor) -> None:
-        for layer in self.layers:
-            layer.select(rows)
 
 
 # -----------------------------------------------------------------------------
@@ -195,9 +132,8 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
                 prefix_cache, sub_block_cache, relay_carry, cfg.mask_token_id, decode)
     _check_generator(model, generator)
     opt = _Settings(bs, sub_block_size, threshold, temperature, top_p, cfg.mask_token_id, stop_id,
-                    sub_block_cache, relay_carry, generator, trace)
-    decode_batch = _generate_authors if decode == "authors" else _generate_batch_invariant
-    return decode_batch(model, prompts, max_new_tokens, prefix_cache, opt, progress)
+                    sub_block_cache, relay_carry, generator, trace, batch_invariant=decode == "batch_invariant")
+    return _decode(model, prompts, max_new_tokens, prefix_cache, opt, progress)
 
 
 @dataclass(frozen=True)
@@ -214,38 +150,46 @@ class _Settings:
     relay_carry: bool
     generator: torch.Generator | None
     trace: bool
+    batch_invariant: bool  # decode="batch_invariant": each row decodes as if alone; False: the authors' batch procedure
 
 
 @dataclass
 class _Batch:
-    """The decoding state the steps share. x and finished hold the rows still in the batch, in the order of
-    `rows`; the per-prompt results (nfe, stop_at, tokens, stopped) are indexed by prompt."""
+    """The decoding state the steps share. x holds the rows still in the batch, in the order of `rows`; the
+    per-prompt results (nfe, stop_at, tokens) are indexed by prompt."""
     x: torch.Tensor  # (b, total) prompt, committed tokens and MASK
     rows: torch.Tensor  # (b,) prompt index of each row still in the batch
     plen: torch.Tensor  # (B,) prompt lengths
+    last: torch.Tensor  # (B,) batch_invariant: the last position a prompt may generate (its max_new_tokens-th)
+    b0: int  # the first block decoded: the complete prompt blocks before it are shared by every row
     cache: BlockKVCache | None
     nfe: torch.Tensor  # (B,) Table 2's NFE
-    stop_at: torch.Tensor  # (B,) batch_invariant: absolute position of the first stop token, -1 = none yet
-    finished: torch.Tensor  # (b,) authors: the row has committed the stop token
+    stop_at: torch.Tensor  # (B,) absolute position of the first stop token committed, -1 = none yet
     tokens: list  # (B,) the answer of each prompt, once its row is done
-    stopped: list  # (B,) authors: the row finished on the stop token
     forwards: int = 0  # denoising forwards for the whole batch
     records: list = field(default_factory=list)  # trace
 
 
-def _new_batch(model, prompts: list[list[int]], total: int, prefix_cache: bool) -> _Batch:
-    """Prompts right-padded with MASK to `total` positions (a short prompt's padding is the start of its answer)."""
+def _new_batch(model, prompts: list[list[int]], max_new_tokens: int, prefix_cache: bool, opt: _Settings) -> _Batch:
+    """Prompts right-padded with MASK (a short prompt's padding is the start of its answer) to the last block
+    decoded. batch_invariant: each prompt's own max_new_tokens. The authors: one block count for the whole
+    batch, from the longest prompt, plus one position for the next block's first token."""
+    bs, max_len = opt.bs, max(len(p) for p in prompts)
+    if opt.batch_invariant:
+        total = ((max_len + max_new_tokens - 1) // bs + 1) * bs
+    else:
+        total = (max_new_tokens // bs + max_len // bs) * bs + 1
     device = next(model.parameters()).device
     B = len(prompts)
     x = torch.full((B, total), model.config.mask_token_id, dtype=torch.long, device=device)
     for r, p in enumerate(prompts):
         x[r, :len(p)] = torch.tensor(p, dtype=torch.long, device=device)
-    return _Batch(x=x, rows=torch.arange(B, device=device),
-                  plen=torch.tensor([len(p) for p in prompts], device=device),
+    plen = torch.tensor([len(p) for p in prompts], device=device)
+    return _Batch(x=x, rows=torch.arange(B, device=device), plen=plen, last=plen + max_new_tokens - 1,
+                  b0=min(len(p) for p in prompts) // bs * bs,
                   cache=BlockKVCache(model.config.num_hidden_layers, total) if prefix_cache else None,
                   nfe=torch.zeros(B, dtype=torch.long, device=device),
-                  stop_at=torch.full((B,), -1, dtype=torch.long, device=device),
-                  finished=torch.zeros(B, dtype=torch.bool, device=device), tokens=[None] * B, stopped=[False] * B)
+                  stop_at=torch.full((B,), -1, dtype=torch.long, device=device), tokens=[None] * B)
 
 
 def _blocks(steps: range, progress: bool):
@@ -256,29 +200,40 @@ def _blocks(steps: range, progress: bool):
 
 
 # -----------------------------------------------------------------------------
-# decode="batch_invariant": each row decodes as if alone
+# the decoding loop
 
 
-def _generate_batch_invariant(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progress) -> GenerateOutput:
+def _decode(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progress) -> GenerateOutput:
+    """Block by block: the first token, the denoising forwards, the rows that are done leave, the clean
+    block joins the cache (docs/fastdllm.md, "Decoding: the two modes", for what the authors' procedure does)."""
     bs = opt.bs
-    last_pos = max(len(p) for p in prompts) + max_new_tokens - 1
-    st = _new_batch(model, prompts, (last_pos // bs + 1) * bs, prefix_cache)
-    last = st.plen + max_new_tokens - 1  # each row's last position to generate; its block is its last one
-    b0 = int(st.plen.min()) // bs * bs
-    next_logit = _prefill(model, st, b0, bs)
-    for b_start in _blocks(range(b0, st.x.shape[1], bs), progress):
+    st = _new_batch(model, prompts, max_new_tokens, prefix_cache, opt)
+    next_logit = _prefill(model, st, st.b0, bs)
+    for b_start in _blocks(range(st.b0, st.x.shape[1] // bs * bs, bs), progress):  # the authors' extra position is no block
         if next_logit is not None:
-            _first_token_invariant(st, b_start, next_logit, opt)
-        _denoise_block_invariant(model, st, b_start, opt)
-        if not _finish_rows_invariant(st, b_start + bs, last):
+            _first_token(st, b_start, next_logit, opt)
+        _denoise_block(model, st, b_start, opt)
+        if not _finish_rows(st, b_start + bs, opt):
             break
         next_logit = _cache_block(model, st, b_start, bs).logits[:, -1]
+    else:  # only the authors' block count runs out with rows left (batch_invariant's last block ends every row)
+        _first_token(st, st.x.shape[1] - 1, next_logit, opt)
+        for i, r in enumerate(st.rows.tolist()):  # the block limit: every decoded token plus the next block's first
+            st.tokens[r] = st.x[i, int(st.plen[r]):].tolist()
     return GenerateOutput(tokens=st.tokens, nfe=st.nfe.tolist(), stopped=(st.stop_at >= 0).tolist(),
                           forwards=st.forwards, trace=st.records)
 
 
-def _first_token_invariant(st: _Batch, b_start: int, next_logit: torch.Tensor, opt: _Settings) -> None:
+def _first_token(st: _Batch, b_start: int, next_logit: torch.Tensor, opt: _Settings) -> None:
     """The block's first token: autoregressive from the previous block's last logit (no threshold)."""
+    if not opt.batch_invariant:
+        # the authors: greedy, and a row whose prompt ends exactly here gets it only in the first block or
+        # once no longer prompt is left in the batch; otherwise that position stays MASK and is decoded by
+        # the threshold rule (as in the authors' code). A stop token chosen here does not finish the row.
+        plen = st.plen[st.rows]
+        write = (plen < b_start) | (int(st.plen.max()) <= b_start) | ((plen == b_start) & (b_start == st.b0))
+        st.x[:, b_start] = torch.where(write, _greedy_next(next_logit, opt.mask_id), st.x[:, b_start])
+        return
     first = st.x[:, b_start] == opt.mask_id
     next_logit = next_logit.clone()
     next_logit[:, opt.mask_id] = float("-inf")
@@ -287,26 +242,35 @@ def _first_token_invariant(st: _Batch, b_start: int, next_logit: torch.Tensor, o
     st.stop_at = _mark_stop(st.stop_at, st.rows, first & (tok == opt.stop_id), b_start)
 
 
-def _denoise_block_invariant(model, st: _Batch, b_start: int, opt: _Settings) -> None:
-    """Decode the block sub-block by sub-block until no MASK is left. The relay carry is h_s of each row's
-    own latest forward, by block position, reset per block: rows that waited (no MASK in the active
-    sub-block) keep theirs, since their forward would not happen if they decoded alone."""
+def _greedy_next(logit: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """A block's first token: argmax of the previous position's logit, MASK excluded, no threshold."""
+    return logit.masked_fill(torch.arange(logit.shape[-1], device=logit.device) == mask_id, float("-inf")).argmax(-1)
+
+
+def _denoise_block(model, st: _Batch, b_start: int, opt: _Settings) -> None:
+    """Decode the block sub-block by sub-block until no MASK is left. The relay carry is h_s of the latest
+    forward, by block position, reset per block. batch_invariant: each row keeps that of its own latest
+    forward (rows that waited, with no MASK in the active sub-block, keep theirs, since their forward
+    would not happen if they decoded alone); the authors replace every row's carry after every forward."""
+    b_end = b_start + opt.bs
     hbuf = None  # (b, bs, d)
     has_carry = torch.zeros(st.x.shape[0], dtype=torch.bool, device=st.x.device)
+    block_keys = False  # sub-block cache: whether this block's keys/values are in the cache
     for s in range(0, opt.bs, opt.sub_block_size):
         lo, hi = b_start + s, b_start + s + opt.sub_block_size
-        partial = False  # the sub-block cache runs the whole block once per sub-block, then only the sub-block
+        sub_forwards = 0
         while True:
             masked = st.x[:, lo:hi] == opt.mask_id  # (b, S)
             active = masked.any(1)
             if not active.any():
                 break
-            # positions this forward computes; logits at q-1 predict token q (the block start is never MASK,
-            # so s = 0 needs no extra position)
-            q0 = (lo - 1 if s > 0 else lo) if partial else b_start
-            end = hi if partial else b_start + opt.bs
-            out = _forward_invariant(model, st, opt, b_start, q0, end, hbuf, has_carry, active)
-            partial = opt.sub_block_cache
+            # positions this forward computes (logits at q-1 predict token q): the whole block, or with the
+            # sub-block cache only the sub-block; batch_invariant then computes position lo-1 too (the block
+            # start is never MASK, so s = 0 needs no extra position), the authors' lo must hold a token
+            partial = opt.sub_block_cache and _sub_block_only(st, opt, lo, block_keys, sub_forwards)
+            q0, end = ((lo - 1 if s > 0 and opt.batch_invariant else lo), hi) if partial else (b_start, b_end)
+            out = _denoise_forward(model, st, opt, b_start, q0, end, hbuf, has_carry, active)
+            block_keys, sub_forwards = block_keys or not partial, sub_forwards + 1
             sub_logits = shift_logits(out.logits)[:, lo - q0:hi - q0]  # (b, S, V), a fresh tensor
             counted = active & (st.stop_at[st.rows] < 0)  # NFE: unfinished, with something left to decode
             commit, tok = _commit(st, sub_logits, masked, lo, hi, opt)
@@ -320,13 +284,23 @@ def _denoise_block_invariant(model, st: _Batch, b_start: int, opt: _Settings) ->
                     hbuf = out.hidden.new_zeros(out.hidden.shape[0], opt.bs, out.hidden.shape[2])
                 upd = hbuf.clone()
                 upd[:, q0 - b_start:end - b_start] = out.hidden.to(hbuf.dtype)
-                hbuf = torch.where(active[:, None, None], upd, hbuf)
-                has_carry = has_carry | active
+                replaced = active if opt.batch_invariant else torch.ones_like(active)
+                hbuf = torch.where(replaced[:, None, None], upd, hbuf)
+                has_carry = has_carry | replaced
             _record(st, opt, b_start, s, sub_logits, commit, active)
 
 
-def _forward_invariant(model, st: _Batch, opt: _Settings, b_start: int, q0: int, end: int,
-                       hbuf: torch.Tensor | None, has_carry: torch.Tensor, active: torch.Tensor):
+def _sub_block_only(st: _Batch, opt: _Settings, lo: int, block_keys: bool, sub_forwards: int) -> bool:
+    """Sub-block cache: whether this forward runs only the sub-block against the cached (stale) rest of the
+    block. batch_invariant: every forward of a sub-block but its first. The authors: every forward once the
+    block's keys are cached and position lo holds a token in every row."""
+    if opt.batch_invariant:
+        return sub_forwards > 0
+    return block_keys and not (st.x[:, lo] == opt.mask_id).any()
+
+
+def _denoise_forward(model, st: _Batch, opt: _Settings, b_start: int, q0: int, end: int,
+                     hbuf: torch.Tensor | None, has_carry: torch.Tensor, active: torch.Tensor):
     """One denoising forward over [q0, end) (without the cache: [0, end)), each row with its own carry.
     A row that starts decoding in this block only now (its prompt ended in a later sub-block) must get no
     relay, as if decoded alone; a zero carry would not do (LN(0) = beta), so those rows run separately."""
@@ -344,100 +318,26 @@ def _forward_invariant(model, st: _Batch, opt: _Settings, b_start: int, q0: int,
     return out
 
 
-def _finish_rows_invariant(st: _Batch, b_end: int, last: torch.Tensor) -> bool:
-    """Rows that chose the stop token, or whose last position is in this block, are done (tokens after the
-    stop are dropped) and leave the batch. False when no row is left."""
-    done = (st.stop_at[st.rows] >= 0) | (last[st.rows] < b_end)
+def _finish_rows(st: _Batch, b_end: int, opt: _Settings) -> bool:
+    """Rows that committed the stop token (batch_invariant: or whose last position is in this block) are done
+    and leave the batch. False when no row is left."""
+    done = st.stop_at[st.rows] >= 0
+    if opt.batch_invariant:
+        done |= st.last[st.rows] < b_end
     for i in torch.nonzero(done).flatten().tolist():
         r = int(st.rows[i])
-        stop = int(st.stop_at[r])
-        end = stop if stop >= 0 else int(last[r]) + 1
-        st.tokens[r] = st.x[i, int(st.plen[r]):end].tolist()
+        start = int(st.plen[r])
+        answer = st.x[i, start:b_end].tolist()
+        if opt.batch_invariant:  # up to the first stop token, or through the row's last position
+            stop = int(st.stop_at[r])
+            st.tokens[r] = answer[:(stop if stop >= 0 else int(st.last[r]) + 1) - start]
+        else:  # the authors: up to the first stop token of the answer, committed by the threshold rule or not
+            st.tokens[r] = answer[:answer.index(opt.stop_id)]
     return _keep_rows(st, torch.nonzero(~done).flatten())
 
 
 # -----------------------------------------------------------------------------
-# decode="authors": the authors' batch procedure (paper Table 2)
-
-
-def _generate_authors(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progress) -> GenerateOutput:
-    """docs/fastdllm.md, "decode modes": one block count for the whole batch, the relay carry of every row
-    replaced after every forward, a row finishes only when the threshold rule commits the stop token, and
-    finished rows leave the batch at the end of their block."""
-    bs = opt.bs
-    min_len, max_len = min(len(p) for p in prompts), max(len(p) for p in prompts)
-    n_blocks = max_new_tokens // bs + max_len // bs  # for the whole batch, from the longest prompt
-    st = _new_batch(model, prompts, n_blocks * bs + 1, prefix_cache)  # + the next block's first token
-    b0 = min_len // bs * bs
-    next_logit = _prefill(model, st, b0, bs)
-    if next_logit is not None and min_len == b0:  # prompts that fill whole blocks start with an autoregressive token
-        st.x[:, b0] = torch.where(st.plen == b0, _greedy_next(next_logit, opt.mask_id), st.x[:, b0])
-    for b in _blocks(range(min_len // bs, n_blocks), progress):
-        b_start, b_end = b * bs, (b + 1) * bs
-        _denoise_block_authors(model, st, b_start, opt)
-        if not _finish_rows_authors(st, b_end, opt.stop_id):
-            break
-        next_logit = _cache_block(model, st, b_start, bs).logits[:, -1]
-        # The next block's first token, for rows already answering. A row whose prompt ends exactly here
-        # gets it only once no longer prompt is left in the batch; otherwise that position stays MASK and
-        # is decoded by the threshold rule (as in the authors' code).
-        write = (st.plen[st.rows] < b_end) | (max_len <= b_end)
-        st.x[:, b_end] = torch.where(write, _greedy_next(next_logit, opt.mask_id), st.x[:, b_end])
-    else:
-        for i, r in enumerate(st.rows.tolist()):  # the block limit: every decoded token plus the next block's first
-            st.tokens[r] = st.x[i, int(st.plen[r]):].tolist()
-    return GenerateOutput(tokens=st.tokens, nfe=st.nfe.tolist(), stopped=st.stopped, forwards=st.forwards,
-                          trace=st.records)
-
-
-def _greedy_next(logit: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """A block's first token: argmax of the previous position's logit, MASK excluded, no threshold."""
-    return logit.masked_fill(torch.arange(logit.shape[-1], device=logit.device) == mask_id, float("-inf")).argmax(-1)
-
-
-def _denoise_block_authors(model, st: _Batch, b_start: int, opt: _Settings) -> None:
-    """Decode the block sub-block by sub-block until no MASK is left. The relay carry is h_s of the latest
-    forward for every row, rows that waited included; reset per block."""
-    b_end = b_start + opt.bs
-    carry = None  # (b, bs, d)
-    block_keys = False  # sub-block cache: whether this block's keys/values are in the cache
-    for s in range(0, opt.bs, opt.sub_block_size):
-        lo, hi = b_start + s, b_start + s + opt.sub_block_size
-        while True:
-            masked = st.x[:, lo:hi] == opt.mask_id
-            if not masked.any():
-                break
-            counted = masked.any(1) & ~st.finished  # NFE: rows with work left that have not finished
-            if opt.sub_block_cache and block_keys and not (st.x[:, lo] == opt.mask_id).any():
-                # only the sub-block, against the cached prefix and the cached (stale) rest of the block;
-                # position lo is not MASK: its own logit is never read
-                out = _forward(model, st.cache, st.x, lo, hi, opt.bs, block_end=b_end)
-                sub_logits = shift_logits(out.logits)
-            else:
-                relay_h = shift_hidden(carry) if carry is not None else None
-                out = _forward(model, st.cache, st.x, b_start, b_end, opt.bs, relay_h=relay_h)
-                sub_logits = shift_logits(out.logits)[:, s:s + opt.sub_block_size]
-                block_keys = True
-            commit, tok = _commit(st, sub_logits, masked, lo, hi, opt)
-            st.finished |= (commit & (tok == opt.stop_id)).any(1)
-            st.nfe[st.rows] += counted.long()
-            if opt.relay_carry:
-                carry = out.hidden
-            _record(st, opt, b_start, s, sub_logits, commit, masked.any(1))
-
-
-def _finish_rows_authors(st: _Batch, b_end: int, stop_id: int) -> bool:
-    """Rows that committed the stop token end at their first stop token and leave the batch. False when no
-    row is left."""
-    for i in torch.nonzero(st.finished).flatten().tolist():
-        r = int(st.rows[i])
-        tail = st.x[i, int(st.plen[r]):b_end].tolist()
-        st.tokens[r], st.stopped[r] = tail[:tail.index(stop_id)], True
-    return _keep_rows(st, torch.nonzero(~st.finished).flatten())
-
-
-# -----------------------------------------------------------------------------
-# steps both modes share
+# the forwards and their bookkeeping
 
 
 def _prefill(model, st: _Batch, b0: int, bs: int) -> torch.Tensor | None:
@@ -476,7 +376,7 @@ def _keep_rows(st: _Batch, keep: torch.Tensor) -> bool:
     if keep.numel() == 0:
         return False
     if keep.numel() < st.rows.numel():
-        st.x, st.rows, st.finished = st.x[keep], st.rows[keep], st.finished[keep]
+        st.x, st.rows = st.x[keep], st.rows[keep]
         if st.cache is not None:
             st.cache.select(keep)
     return True
@@ -574,61 +474,3 @@ def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, t
                          "without it); drop sub_block_cache or use decode='batch_invariant'")
     if relay_carry and getattr(model, "relay_layer_norm", None) is None:
         raise ValueError("relay_carry=True needs a model with a relay LayerNorm (a Relay checkpoint, use_relay=True)")
-
-
-# -----------------------------------------------------------------------------
-# command line: chat with a checkpoint (python fastdllm_generate.py --model=DIR --prompt="...")
-
-
-@dataclass
-class ChatConfig:
-    model: str = "Efficient-Large-Model/Fast_dLLM_v2_1.5B"  # hub id, checkpoint dir, or "tiny" (random, CPU smoke test)
-    prompt: str = "Write a Python function that returns the n-th Fibonacci number."
-    relay_carry: bool = False  # Relay checkpoints: carry the relay state between denoising forwards
-    decode: str = "authors"  # authors (paper Table 2) | batch_invariant (see docs/fastdllm.md)
-    threshold: float = 0.85
-    sub_block_size: int = 8
-    max_new_tokens: int = 512
-    temperature: float = 0.0
-    top_p: float = 0.95
-    prefix_cache: bool = True
-    sub_block_cache: bool = False
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model runs in float32)
-
-
-def main(argv: list[str] | None = None) -> str:
-    """One prompt through the chat template, decoded; prints the answer and its NFE."""
-    from configurator import ConfigError, load_config
-    import fastdllm_model
-    try:
-        cfg = load_config(ChatConfig, argv)
-    except ConfigError as e:
-        raise SystemExit(f"config error: {e}")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
-    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-    if cfg.dtype not in dtypes:
-        raise SystemExit(f"--dtype must be one of {list(dtypes)}, got '{cfg.dtype}'")
-    try:
-        if cfg.model == "tiny":
-            model, tok = fastdllm_model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed), fastdllm_model.make_tiny_tokenizer()
-        else:
-            model, tok = fastdllm_model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device)
-        text = tok.apply_chat_template([{"role": "user", "content": cfg.prompt}], tokenize=False, add_generation_prompt=True)
-        torch.manual_seed(cfg.seed)
-        out = generate(model.to(device).eval(), [tok(text, add_special_tokens=False)["input_ids"]],
-                       max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold, sub_block_size=cfg.sub_block_size,
-                       temperature=cfg.temperature, top_p=cfg.top_p, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                       prefix_cache=cfg.prefix_cache, sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry,
-                       progress=True, decode=cfg.decode)
-    except ValueError as e:
-        raise SystemExit(str(e))
-    answer = tok.decode(out.tokens[0], skip_special_tokens=True)
-    print(answer)
-    print(f"[{len(out.tokens[0])} tokens, NFE {out.nfe[0]}, {'stopped at <|im_end|>' if out.stopped[0] else 'hit max_new_tokens'}]")
-    return answer
-
-
-if __name__ == "__main__":
-    main()

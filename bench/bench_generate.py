@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configurator import ConfigError, load_config, print_config  # noqa: E402
+from devices import pick_device  # noqa: E402
 from fastdllm_generate import generate  # noqa: E402
 from fastdllm_model import FAST_DLLM_V2_1_5B, FastDLLM, make_tiny_fastdllm  # noqa: E402
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         cfg = load_config(BenchConfig, argv)
     except ConfigError as e:
         raise SystemExit(f"config error: {e}")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    device = pick_device(cfg.device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device=cuda but no GPU is visible; use --device=cpu")
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,

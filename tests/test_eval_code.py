@@ -16,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import eval_code
+import fastdllm_judge
 import sandbox
-from eval_code import (batches, load_problems, make_prompt, plus_columns, sanitize, score, to_solution,
-                       to_solution_authors)
+from eval_code import batches, load_problems, make_prompt, sanitize, to_solution, to_solution_authors
+from fastdllm_judge import judge_solutions, plus_columns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,7 +62,7 @@ def gt_cache(tmp_path_factory):
 def test_canonical_solutions_pass_all_humaneval_base():
     problems, has_plus = load_problems("humaneval")
     assert len(problems) == 164 and not has_plus
-    results = score(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=False, mode=MODE)
+    results = judge_solutions(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=False, mode=MODE)
     failed = [p["task_id"] for p, r in zip(problems, results) if not r["base"]]
     assert failed == []
 
@@ -70,14 +71,14 @@ def test_wrong_and_broken_solutions_fail_base():
     problems = load_problems("humaneval")[0][:3]
     wrong = [p["prompt"] + "    return None\n" for p in problems]
     broken = [p["prompt"] + "    return (\n" for p in problems]  # syntax error
-    assert [r["base"] for r in score(problems, wrong, has_plus=False, mode=MODE)] == [False] * 3
-    assert [r["base"] for r in score(problems, broken, has_plus=False, mode=MODE)] == [False] * 3
+    assert [r["base"] for r in judge_solutions(problems, wrong, has_plus=False, mode=MODE)] == [False] * 3
+    assert [r["base"] for r in judge_solutions(problems, broken, has_plus=False, mode=MODE)] == [False] * 3
 
 
 def test_infinite_loop_is_killed_by_the_time_limit():
     p = load_problems("humaneval")[0][0]
     t0 = time.perf_counter()
-    r = score([p], [p["prompt"] + "    while True:\n        pass\n"], has_plus=False, mode=MODE, timeout=2.0)[0]
+    r = judge_solutions([p], [p["prompt"] + "    while True:\n        pass\n"], has_plus=False, mode=MODE, timeout=2.0)[0]
     assert not r["base"] and "timed out" in r["error"]
     assert time.perf_counter() - t0 < 15
 
@@ -85,24 +86,24 @@ def test_infinite_loop_is_killed_by_the_time_limit():
 def test_memory_limit():
     p = load_problems("humaneval")[0][0]
     hog = p["prompt"] + "    x = bytearray(8 * 2**30)\n    return True\n"
-    r = score([p], [hog], has_plus=False, mode=MODE, memory_gb=1.0)[0]
+    r = judge_solutions([p], [hog], has_plus=False, mode=MODE, memory_gb=1.0)[0]
     assert not r["base"] and "MemoryError" in r["error"]
 
 
 def test_plus_canonical_pass_and_base_only_lookup_fails_plus(plus_problems, gt_cache):
     probs = [plus_problems[f"HumanEval/{i}"] for i in (0, 2, 32, 53)]  # 2: float atol, 32: find_zero oracle
     canon = [p["prompt"] + p["canonical_solution"] for p in probs]
-    res = score(probs, canon, has_plus=True, mode=MODE, cache_dir=gt_cache)
+    res = judge_solutions(probs, canon, has_plus=True, mode=MODE, cache_dir=gt_cache)
     assert [(r["base"], r["plus"]) for r in res] == [(True, True)] * 4
     # a solution that memorised the base tests: passes base, fails the extra plus inputs
     p = probs[3]  # add(x, y)
     table = {repr(tuple(inp)): inp[0] + inp[1] for inp in p["base_input"]}
     lookup = f"TABLE = {table!r}\n\ndef add(x, y):\n    return TABLE[repr((x, y))]\n"
-    r = score([p], [lookup], has_plus=True, mode=MODE, cache_dir=gt_cache)[0]
+    r = judge_solutions([p], [lookup], has_plus=True, mode=MODE, cache_dir=gt_cache)[0]
     assert r["base"] and r["plus"] is False
     # wrong, and an infinite loop under the per-input limit (EvalPlus: max(1 s, 4 x reference time))
     t0 = time.perf_counter()
-    bad = score([p, p], ["def add(x, y):\n    return x - y\n", "def add(x, y):\n    while True: pass\n"],
+    bad = judge_solutions([p, p], ["def add(x, y):\n    return x - y\n", "def add(x, y):\n    while True: pass\n"],
                 has_plus=True, mode=MODE, cache_dir=gt_cache)
     assert [(r["base"], r["plus"]) for r in bad] == [(False, False)] * 2
     assert time.perf_counter() - t0 < 20
@@ -112,7 +113,7 @@ def test_float_outputs_compared_within_atol(plus_problems, gt_cache):
     p = plus_problems["HumanEval/2"]  # truncate_number, atol 1e-6
     close = "def truncate_number(number: float) -> float:\n    return number - int(number) + 1e-9\n"
     far = "def truncate_number(number: float) -> float:\n    return number - int(number) + 1e-4\n"
-    a, b = score([p, p], [close, far], has_plus=True, mode=MODE, cache_dir=gt_cache)
+    a, b = judge_solutions([p, p], [close, far], has_plus=True, mode=MODE, cache_dir=gt_cache)
     assert a["base"] and a["plus"] and not b["base"]
 
 
@@ -144,7 +145,7 @@ def test_to_solution_cuts_at_the_fence_and_completes_a_bare_body():
     body = "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
     sol = to_solution(body, p)
     assert "def has_close_elements(numbers: List[float], threshold: float) -> bool:" in sol
-    assert score([p], [sol], has_plus=False, mode=MODE)[0]["base"]
+    assert judge_solutions([p], [sol], has_plus=False, mode=MODE)[0]["base"]
 
 
 def test_prompt_is_the_evalplus_instruct_prompt():
@@ -189,7 +190,7 @@ def test_command_canonical_with_plus_file(tmp_path, plus_path):
 @pytest.mark.slow
 def test_all_canonical_solutions_pass_humaneval_plus(plus_problems, gt_cache):
     problems = list(plus_problems.values())
-    results = score(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=True, mode=MODE,
+    results = judge_solutions(problems, [p["prompt"] + p["canonical_solution"] for p in problems], has_plus=True, mode=MODE,
                     cache_dir=gt_cache)
     assert [p["task_id"] for p, r in zip(problems, results) if not (r["base"] and r["plus"])] == []
 
@@ -200,7 +201,7 @@ def test_plus_alone_is_scored_when_base_fails(plus_problems, gt_cache):
     p = plus_problems["HumanEval/53"]  # add(x, y)
     bad = next(tuple(i) for i in p["base_input"] if i not in p["plus_input"])
     sol = f"def add(x, y):\n    return -1 if (x, y) == {bad!r} else x + y\n"
-    r = score([p], [sol], has_plus=True, mode=MODE, cache_dir=gt_cache)[0]
+    r = judge_solutions([p], [sol], has_plus=True, mode=MODE, cache_dir=gt_cache)[0]
     assert (r["base"], r["plus"], r["plus_inputs"]) == (False, False, True)
     assert plus_columns([r, {"base": True, "plus_inputs": True}]) == dict(pass1_plus_evalplus=50.0, pass1_plus_authors=100.0)
 
@@ -415,13 +416,13 @@ COLUMNS = dict(pass1_base=60.0, pass1_plus_evalplus=20.0, pass1_plus_authors=40.
 
 def test_pass_at_1_columns_on_hand_made_verdicts(tmp_path, monkeypatch):
     """Every pass@1 column of results.json, pinned on verdicts where base, EvalPlus' plus and the
-    authors' plus all differ: through pass_at_1 and through main() (a fake EvalPlus file, score()
+    authors' plus all differ: through pass_at_1 and through main() (a fake EvalPlus file, judge_solutions()
     replaced by the hand-made verdicts). Checked: fails if pass1_plus_evalplus counts base passes
     (60 != 20) or plus inputs alone (40 != 20), if pass1_plus_authors requires base too (20 != 40), and
     if main computes pass1_base from plus_inputs (40 != 60)."""
     rows = [{"base": b, "plus_inputs": p, "plus": b and p} for b, p in VERDICTS]
-    assert eval_code.pass_at_1(rows, has_plus=True) == COLUMNS
-    assert eval_code.pass_at_1(rows, has_plus=False) == dict(pass1_base=60.0, pass1_plus_evalplus=None, pass1_plus_authors=None)
+    assert fastdllm_judge.pass_at_1(rows, has_plus=True) == COLUMNS
+    assert fastdllm_judge.pass_at_1(rows, has_plus=False) == dict(pass1_base=60.0, pass1_plus_evalplus=None, pass1_plus_authors=None)
     data = tmp_path / "plus.jsonl"
     data.write_text("".join(json.dumps(dict(task_id=f"T/{i}", prompt="", entry_point="f", canonical_solution="",
                                             base_input=[], plus_input=[])) + "\n" for i in range(5)))
@@ -429,7 +430,7 @@ def test_pass_at_1_columns_on_hand_made_verdicts(tmp_path, monkeypatch):
     def fake_score(problems, solutions, has_plus, on_result=None, **kwargs):
         for i, row in enumerate(rows[:len(problems)]):
             on_result(i, dict(row, error=""))
-    monkeypatch.setattr(eval_code, "score", fake_score)
+    monkeypatch.setattr(fastdllm_judge, "judge_solutions", fake_score)
     summary = eval_code.main(["--canonical=True", f"--data_path={data}", f"--out_dir={tmp_path}/out", SANDBOX])
     assert {k: summary[k] for k in COLUMNS} == COLUMNS
     assert {k: v for k, v in json.load(open(tmp_path / "out" / "results.json")).items() if k in COLUMNS} == COLUMNS
@@ -443,7 +444,7 @@ def test_the_command_says_why_a_stronger_sandbox_is_not_used(tmp_path, monkeypat
     samples = tmp_path / "s.jsonl"
     samples.write_text(json.dumps({"task_id": "HumanEval/0", "solution": "x = 1\n"}) + "\n")
     args = [f"--samples={samples}", "--limit=1"]
-    monkeypatch.setattr(sandbox, "judge_task", lambda *a, **k: {"base": False, "plus": None, "plus_inputs": None, "error": "x"})
+    monkeypatch.setattr(fastdllm_judge, "judge_task", lambda *a, **k: {"base": False, "plus": None, "plus_inputs": None, "error": "x"})
     monkeypatch.setattr(sandbox, "mode_problem", lambda m: "" if m == "namespaces" else f"{m} broken for this test")
     eval_code.main(args + [f"--out_dir={tmp_path}/a"])
     out = capsys.readouterr().out.splitlines()

@@ -280,9 +280,9 @@ def test_a_generator_on_another_device_is_a_clear_error(tiny, device):
 
 
 def test_command_line_on_the_tiny_model(capsys):
-    import fastdllm_generate
-    answer = fastdllm_generate.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
+    import fastdllm_chat
+    answer = fastdllm_chat.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
     printed = capsys.readouterr().out
     assert answer in printed and "NFE" in printed
     with pytest.raises(SystemExit, match="does not exist"):
-        fastdllm_generate.main(["--model=/nonexistent/checkpoint"])
+        fastdllm_chat.main(["--model=/nonexistent/checkpoint"])

@@ -1,4 +1,4 @@
-"""Hostile completions against sandbox.py, in every isolation mode this machine has.
+"""Hostile completions against sandbox.py (judged by fastdllm_judge.py), in every isolation mode this machine has.
 
 Each attack is paired with a WRONG solution (add returns x - y), so a "pass" can only be forged. Every
 test checks that the harness survives, that the verdict is a failure, and (where the mode promises it,
@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import fastdllm_judge
 import sandbox
 from hostile import live  # the one process finder, shared with the hostile-programs script
 
@@ -46,12 +47,12 @@ def mode(request):
 
 def base(solution: str, mode: str, timeout: float = 5.0, memory_gb: float = 1.0) -> dict:
     """HumanEval base: the solution, then the test code, then check()."""
-    return sandbox.judge_program(f"{solution}\n\n{TEST}\n\ncheck(add)\n", timeout, memory_gb, mode)
+    return fastdllm_judge.judge_program(f"{solution}\n\n{TEST}\n\ncheck(add)\n", timeout, memory_gb, mode)
 
 
 def io(solution: str, mode: str, memory_gb: float = 1.0) -> tuple[bool, str]:
     """EvalPlus-style: outputs on base_input compared in the harness with [3, 12]."""
-    return sandbox.judge_inputs(solution, PROBLEM, "base_input", [3, 12], [1.0, 1.0], False, memory_gb, mode)
+    return fastdllm_judge.judge_inputs(solution, PROBLEM, "base_input", [3, 12], [1.0, 1.0], False, memory_gb, mode)
 
 
 def token() -> str:
@@ -88,7 +89,7 @@ def test_exit_before_the_tests_end_is_a_failure(mode, exit_code):
     on exit code 0 alone (ignoring the nonce)."""
     for where in (f"{exit_code}\n{WRONG}", f"{WRONG}\n{TEST}\n{exit_code}\n"):
         # before the tests run, and inside check() itself (a test program that stops early)
-        assert not sandbox.judge_program(f"{where}\n{TEST}\ncheck(add)\n", 5.0, 1.0, mode)["passed"]
+        assert not fastdllm_judge.judge_program(f"{where}\n{TEST}\ncheck(add)\n", 5.0, 1.0, mode)["passed"]
     assert io(f"{exit_code}\n{RIGHT}", mode)[0] is False
 
 
@@ -155,8 +156,8 @@ def test_a_killed_harness_takes_its_programs_along(mode, tmp_path):
     tok = token()
     program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '30.{tok}'])\n"
     # the program travels in the environment: in the harness's command line its token would match live()
-    harness = subprocess.Popen([sys.executable, "-c", "import os, sandbox\n"
-                                f"sandbox.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
+    harness = subprocess.Popen([sys.executable, "-c", "import os, fastdllm_judge\n"
+                                f"fastdllm_judge.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
                                cwd=ROOT, env={**os.environ, "PROGRAM": program, "TMPDIR": str(tmp_path)})
     deadline = time.monotonic() + 20
     while not live(tok) and time.monotonic() < deadline:
@@ -190,8 +191,8 @@ def test_parent_environment_is_out_of_reach(mode):
               "    try:\n        env = open(f'/proc/{pid}/environ', 'rb').read()\n    except OSError:\n        continue\n"
               f"    if b'{secret}' in env:\n        found = True\n        sys.stderr.write('{secret}\\n')\n"
               "def add(x, y):\n    return x + y if found else x - y\n")
-    harness = ("import json, sandbox\n"
-               f"r = sandbox.judge_program({(attack + TEST + 'check(add)').__repr__()}, 5.0, 1.0, {mode!r})\n"
+    harness = ("import json, fastdllm_judge\n"
+               f"r = fastdllm_judge.judge_program({(attack + TEST + 'check(add)').__repr__()}, 5.0, 1.0, {mode!r})\n"
                "print(json.dumps(r))\n")
     p = subprocess.run([sys.executable, "-c", harness], cwd=ROOT, capture_output=True, text=True, timeout=30,
                        env={**os.environ, "RELAY_TEST_SECRET": secret})
@@ -264,8 +265,8 @@ def test_flooding_stdout_and_stderr_keeps_the_harness_small(mode):
     Checked: peak RSS > 300 MB when _collect keeps all of stderr."""
     attack = ("import os\nchunk = b'x' * 2**20\nfor fd in (2, 3, 4, 5, 1):\n    try:\n"
               "        for _ in range(300):\n            os.write(fd, chunk)\n    except OSError:\n        pass\n")
-    harness = ("import json, sandbox\nsandbox.RESULT_CAP = 16 * 2**20\n"
-               f"r = sandbox.judge_program({(attack + WRONG + TEST + 'check(add)').__repr__()}, 20.0, 1.0, {mode!r})\n"
+    harness = ("import json, fastdllm_judge, sandbox\nsandbox.RESULT_CAP = 16 * 2**20\n"
+               f"r = fastdllm_judge.judge_program({(attack + WRONG + TEST + 'check(add)').__repr__()}, 20.0, 1.0, {mode!r})\n"
                # VmHWM, not ru_maxrss: the latter keeps the RSS of pytest at the fork that made this process
                "peak = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
                "print(json.dumps([r, int(peak)]))\n")
@@ -304,12 +305,12 @@ def test_outputs_keep_their_python_types_through_json(mode):
     code = ("import numpy as np\ndef f(k):\n    return [(1, [2]), 2**100, -2**70, float('inf'), {'a': {1, 2}},"
             " b'\\x00', 1+2j, np.int64(5), frozenset([3]), None, True][k]\n")
     inputs = [[k] for k in range(11)]
-    outs, _, err = sandbox.run_outputs(code, "f", inputs, [1.0] * 11, 1.0, mode)
-    got = [sandbox.decode(o) for o in outs]
+    outs, _, err = fastdllm_judge.run_outputs(code, "f", inputs, [1.0] * 11, 1.0, mode)
+    got = [fastdllm_judge.decode_output(o) for o in outs]
     assert err == "" and got == [(1, [2]), 2**100, -2**70, float("inf"), {"a": {1, 2}}, b"\x00", 1 + 2j, 5,
                                  frozenset([3]), None, True]
     assert type(got[0]) is tuple and type(got[7]) is int and type(got[10]) is bool
-    assert not sandbox.outputs_match([1, [2]], (1, [2]), [0], "f", 0, False)
+    assert not fastdllm_judge.outputs_match([1, [2]], (1, [2]), [0], "f", 0, False)
 
 
 def test_long_strings_compare_by_digest(mode):
@@ -317,12 +318,12 @@ def test_long_strings_compare_by_digest(mode):
     over the 64 MiB result cap): equal strings match, a one-character change does not, and a short
     string never matches a long one. Checked: fails if StrDigest.__eq__ compares only the lengths."""
     code = "def f(k):\n    return 'a' * 100000 if k == 0 else 'a' * 99999 + 'b' if k == 1 else 'a'\n"
-    outs, _, err = sandbox.run_outputs(code, "f", [[0], [1], [2], [0]], [1.0] * 4, 1.0, mode)
-    same, changed, short, again = [sandbox.decode(o) for o in outs]
-    assert err == "" and isinstance(same, sandbox.StrDigest)
-    assert sandbox.outputs_match(again, same, [0], "f", 0, False)
-    assert not sandbox.outputs_match(changed, same, [0], "f", 0, False)
-    assert not sandbox.outputs_match(short, same, [0], "f", 0, False)
+    outs, _, err = fastdllm_judge.run_outputs(code, "f", [[0], [1], [2], [0]], [1.0] * 4, 1.0, mode)
+    same, changed, short, again = [fastdllm_judge.decode_output(o) for o in outs]
+    assert err == "" and isinstance(same, fastdllm_judge.StrDigest)
+    assert fastdllm_judge.outputs_match(again, same, [0], "f", 0, False)
+    assert not fastdllm_judge.outputs_match(changed, same, [0], "f", 0, False)
+    assert not fastdllm_judge.outputs_match(short, same, [0], "f", 0, False)
 
 
 # -----------------------------------------------------------------------------
@@ -386,7 +387,8 @@ def test_hostile_completions_are_contained_whoever_runs_the_harness(harness):
             os.chmod(scratch, 0o755)
             os.makedirs(f"{scratch}/tests")
             shutil.copy(script, f"{scratch}/tests")
-            shutil.copy(os.path.join(ROOT, "sandbox.py"), scratch)
+            for module in ("sandbox.py", "fastdllm_judge.py"):
+                shutil.copy(os.path.join(ROOT, module), scratch)
             script = f"{scratch}/tests/hostile.py"
         p = subprocess.run(command + [script, *modes], capture_output=True, text=True,
                            timeout=300, cwd="/", env={"RELAY_HOSTILE_SECRET": "relay" + token(), "PATH": os.environ["PATH"]})
@@ -410,7 +412,7 @@ def test_namespaces_programs_run_as_an_unprivileged_user():
     tok = token()
     program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '20.{tok}'])\n"
     with ThreadPoolExecutor(1) as pool:
-        verdict = pool.submit(sandbox.judge_program, program, 20.0, 1.0, "namespaces")
+        verdict = pool.submit(fastdllm_judge.judge_program, program, 20.0, 1.0, "namespaces")
         deadline = time.monotonic() + 20
         while not live(tok) and time.monotonic() < deadline:
             time.sleep(0.05)
