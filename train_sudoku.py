@@ -319,15 +319,32 @@ def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.T
             "legal": legal}
 
 
-def collapse_message(metrics: dict, cfg: TrainConfig) -> str | None:
+def collapse_message(metrics: dict, cfg: TrainConfig, previous_token_acc: float | None = None) -> str | None:
     """The loud line for a collapsed run, or None: past warm-up, a validation with exact match and legal rate
-    both 0. Runs of the paper's setup that collapsed (4 of 48 known tied 300k-step runs) sat there from their
-    first validation on and never recovered, so the first such validation is worth announcing."""
+    both 0 and token accuracy not above the previous validation's. Runs of the paper's setup that collapsed
+    (4 of 48 known tied 300k-step runs) sat there from their first validation on and never recovered, so
+    the first such validation is worth announcing. On hard puzzles a healthy small model also solves none
+    for a long while; its rising token accuracy is what tells it apart."""
     if metrics.get("step", 0) < cfg.warmup_iters or metrics.get("exact") != 0 or metrics.get("legal") != 0:
         return None
+    if previous_token_acc is not None and metrics.get("token_acc", 0.0) > previous_token_acc:
+        return None  # still learning, just not solving yet
     then = "stopping (stop_on_collapse=True)" if cfg.stop_on_collapse else "--stop_on_collapse=True stops such runs"
-    return (f"!!! COLLAPSED at step {metrics['step']}: validation exact match 0 and legal rate 0 past warm-up; "
-            f"such runs do not recover, restart with another seed; {then} !!!")
+    return (f"!!! COLLAPSED at step {metrics['step']}: validation exact match 0 and legal rate 0 past warm-up, "
+            f"token accuracy not rising; such runs of the paper's setup did not recover, restart with another "
+            f"seed; {then} !!!")
+
+
+def previous_token_acc(log_path: str, step: int) -> float | None:
+    """The token accuracy of the last validation before `step` in metrics.jsonl (None: there was none)."""
+    found = None
+    if os.path.exists(log_path):
+        with open(log_path) as f:
+            for line in f:
+                record = json.loads(line) if line.strip() else {}
+                if "val/token_acc" in record and record["step"] < step:
+                    found = record["val/token_acc"]
+    return found
 
 
 def rng_state(gen: torch.Generator, device: str) -> dict:
@@ -663,7 +680,9 @@ def evaluate(run: SudokuRun) -> dict:
 
 def stop_if_collapsed(run: SudokuRun, metrics: dict) -> bool:
     """Announce a collapsed run (collapse_message); True when it should stop (every rank decides alike)."""
-    message = collapse_message(metrics, run.cfg) if run.master else None
+    message = None
+    if run.master:
+        message = collapse_message(metrics, run.cfg, previous_token_acc(run.log_path, metrics.get("step", 0)))
     if message:
         print(message, file=sys.stderr, flush=True)
     stop = torch.tensor(float(bool(message) and run.cfg.stop_on_collapse), device=run.device if run.ddp else "cpu")

@@ -53,3 +53,22 @@ def test_a_run_made_to_collapse_is_announced_at_its_first_validation_and_stopped
     records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     vals = [r for r in records if "val/exact" in r]
     assert len(vals) == 1 and vals[0]["val/legal"] == 0.0 and vals[0]["val/exact"] == 0.0
+
+
+def test_a_run_still_learning_on_hard_puzzles_is_not_called_collapsed(tmp_path):
+    """On hard puzzles a healthy small model solves none and fills no legal board for a long while (seen: a
+    0.8M Relay run on larsdoku's puzzles at 0 / 0 through step 750, token accuracy 0.20, 0.24, 0.30). Such a
+    run is not collapsed while its token accuracy rises since the previous validation in metrics.jsonl; a
+    0 / 0 run whose token accuracy stalls is. Catches (each tried: fails): the previous validation ignored;
+    the current step's own record taken as the previous one (never rising)."""
+    log = tmp_path / "metrics.jsonl"
+    records = [{"step": 250, "val/exact": 0.0, "val/token_acc": 0.20}, {"step": 260, "loss": 2.0},
+               {"step": 500, "val/exact": 0.0, "val/token_acc": 0.24}, {"step": 750, "val/exact": 0.0, "val/token_acc": 0.30}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert ts.previous_token_acc(str(log), 750) == 0.24
+    assert ts.previous_token_acc(str(log), 250) is None and ts.previous_token_acc(str(tmp_path / "none"), 9) is None
+    c = cfg("--warmup_iters=100")
+    rising = {"step": 750, "exact": 0.0, "legal": 0.0, "token_acc": 0.30}
+    assert ts.collapse_message(rising, c, ts.previous_token_acc(str(log), 750)) is None
+    stalled = rising | {"token_acc": 0.24}
+    assert "COLLAPSED at step 750" in ts.collapse_message(stalled, c, ts.previous_token_acc(str(log), 750))
