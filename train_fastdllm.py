@@ -1,6 +1,6 @@
 """Adapt Fast-dLLM v2 with vanilla SFT, Rollout, Relay (sg) or Relay (paper Sec. 4.2, Table 2).
 
-Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from `python fastdllm_data.py`):
+Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from `python -m fastdllm.data`):
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py --resume=True
 Tiny random Qwen2 on CPU (2 gloo processes; DeepSpeed's CPU accelerator runs ZeRO-3 here too):
@@ -14,7 +14,7 @@ Objectives (docs/fastdllm.md, "Training objectives"):
   relay_sg  the same with the relay state passed between the two forwards but detached
   relay     the same with backpropagation through the relay (truncated BPTT, K=2) (Sec. 4.2)
 Outputs: out_dir/ckpt-<step>/ (config.json + model.safetensors + tokenizer, loadable with
-fastdllm_model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
+fastdllm.model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
 optimizer, step, per-rank RNG, data position and rollout buffer for --resume=True (layout:
 docs/reference.md, "Checkpoints and resume"); out_dir/metrics.jsonl one record per logged step. The run
 directory follows train_sudoku.py's rules through run_dir.py (docs/reliability.md): a fresh run never
@@ -40,10 +40,10 @@ from tqdm import tqdm
 
 from devices import pick_device
 from configurator import ConfigError, config_to_dict, load_config, print_config
-from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
-from fastdllm_model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm,
+from fastdllm.data import collate, read_jsonl, tokenize_conversation, toy_conversations
+from fastdllm.model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm,
                             make_tiny_tokenizer, resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
-from fastdllm_tokenizer import load_real_tokenizer
+from fastdllm.tokenizer import load_real_tokenizer
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 import run_dir
 
@@ -66,7 +66,7 @@ class TrainConfig:
     # I/O
     out_dir: str = "out/fastdllm"
     init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
-    data: str = "data/sft/train.jsonl"  # `python fastdllm_data.py` output, or "toy" (synthetic chats)
+    data: str = "data/sft/train.jsonl"  # `python -m fastdllm.data` output, or "toy" (synthetic chats)
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
     allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
@@ -439,7 +439,7 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
         raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
     if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python -m fastdllm.data` first (or --data=toy)")
     return cfg
 
 
@@ -447,7 +447,7 @@ def load_rows(cfg: TrainConfig, tokenizer, master: bool) -> list:
     try:
         convs = toy_conversations(512, seed=0) if cfg.data == "toy" else read_jsonl(cfg.data)
     except FileNotFoundError:
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python -m fastdllm.data` first (or --data=toy)")
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     rows = []

@@ -41,9 +41,9 @@ from model import ModelConfig, SudokuTransformer
 import relay
 import run_dir
 from relay import RolloutBuffer, draw_taus, mlm_loss, mlm_masking, rollout_loss
-from sudoku_decode import decode_boards, is_legal
-from sudoku import MASK
-import sudoku_data
+from sudoku.decode import decode_boards, is_legal
+from sudoku.board import MASK
+import sudoku.data
 
 OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
 
@@ -268,7 +268,7 @@ def check_data(cfg: TrainConfig) -> None:
         say(f"notice: {cfg.data_dir} keeps only the first {key['n_train']:,} hub training puzzles (the paper used all)")
 
     def n_rows(split: str) -> int | None:
-        path = sudoku_data.split_path(cfg.data_dir, split)
+        path = sudoku.data.split_path(cfg.data_dir, split)
         if not os.path.exists(path):
             if paper and not os.path.exists(os.path.join(cfg.data_dir, f"{split}.parquet")):
                 raise SystemExit(f"{path} not found: build the paper's data with `{hub}`")
@@ -293,7 +293,7 @@ def check_data(cfg: TrainConfig) -> None:
 
 def load_split(split: str, data_dir: str) -> types.SimpleNamespace:
     """A prepared split (data_dir/{split}.npy, read in one call): .question / .answer (N, 81) uint8 token arrays."""
-    question, answer = sudoku_data.split_tokens(sudoku_data.load_split(split, data_dir))
+    question, answer = sudoku.data.split_tokens(sudoku.data.load_split(split, data_dir))
     return types.SimpleNamespace(question=question, answer=answer)
 
 
@@ -306,7 +306,7 @@ def as_tensor(a) -> torch.Tensor:
 
 @torch.no_grad()
 def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.Tensor, cfg: TrainConfig) -> dict:
-    """Exact match, legal rate and NFE of confidence decoding at eval_tau (sudoku_decode.decode_boards)."""
+    """Exact match, legal rate and NFE of confidence decoding at eval_tau (sudoku.decode.decode_boards)."""
     pred, nfe, batch_nfe = decode_boards(model, questions.long(), tau=cfg.eval_tau, max_steps=cfg.eval_max_steps,
                                          batch_size=cfg.eval_batch_size, relay_carry=True)
     nfe, batch_nfe = nfe.float(), batch_nfe.float()

@@ -1,4 +1,4 @@
-"""Decoding golden values: sudoku_decode.decode_puzzles must give the same boards and NFE as the decoding loop that
+"""Decoding golden values: sudoku.decode.decode_puzzles must give the same boards and NFE as the decoding loop that
 produced them, on a committed puzzle set and a fixed-seed float64 model built here.
 
     python -m pytest tests/test_decode.py -q
@@ -19,9 +19,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import sudoku_decode  # noqa: E402
+import sudoku.decode  # noqa: E402
 from model import ModelConfig, SudokuTransformer  # noqa: E402
-from sudoku import digits_to_tokens, parse_board  # noqa: E402
+from sudoku.board import digits_to_tokens, parse_board  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests", "data")
 PUZZLES = os.path.join(DATA, "sudoku_decode_64.txt")
@@ -66,7 +66,7 @@ def run_cases(device: str | torch.device = "cpu") -> dict:
     questions, model = load_questions(), golden_model().to(device)  # questions stay on the CPU: decode moves them
     out = {}
     for name, kwargs in CASES:
-        res = sudoku_decode.decode_puzzles(model, questions, record_boards=True, **kwargs)
+        res = sudoku.decode.decode_puzzles(model, questions, record_boards=True, **kwargs)
         trace = hashlib.sha256()  # every puzzle's board and commit mask after each forward
         for boards, commits in zip(res.boards, res.commits):
             trace.update(boards.numpy().astype(np.int64).tobytes())

@@ -12,8 +12,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from fastdllm_generate import generate
-from fastdllm_model import FastDLLM
+from fastdllm.generate import generate
+from fastdllm.model import FastDLLM
 from fastdllm_reference import reference_decode
 from test_fastdllm_generate import STOP, Scripted
 

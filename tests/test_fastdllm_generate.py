@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fastdllm_generate import generate, sample_tokens, unmask_rule
-from fastdllm_model import make_tiny_fastdllm, make_tiny_tokenizer
+from fastdllm.generate import generate, sample_tokens, unmask_rule
+from fastdllm.model import make_tiny_fastdllm, make_tiny_tokenizer
 
 THRESHOLD = 0.5  # low enough that the random model often commits several tokens per forward
 
@@ -280,9 +280,9 @@ def test_a_generator_on_another_device_is_a_clear_error(tiny, device):
 
 
 def test_command_line_on_the_tiny_model(capsys):
-    import fastdllm_chat
-    answer = fastdllm_chat.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
+    import fastdllm.chat
+    answer = fastdllm.chat.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
     printed = capsys.readouterr().out
     assert answer in printed and "NFE" in printed
     with pytest.raises(SystemExit, match="does not exist"):
-        fastdllm_chat.main(["--model=/nonexistent/checkpoint"])
+        fastdllm.chat.main(["--model=/nonexistent/checkpoint"])

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 import train_fastdllm as T
 from configurator import load_config
-from fastdllm_data import collate, tokenize_conversation, toy_conversations
-from fastdllm_model import load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer
+from fastdllm.data import collate, tokenize_conversation, toy_conversations
+from fastdllm.model import load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -236,7 +236,7 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
     os.chdir(ROOT)
     with pytest.raises(SystemExit, match="objective must be one of"):
         _run(tmp_path, "--objective=mlm")
-    with pytest.raises(SystemExit, match="python fastdllm_data.py"):
+    with pytest.raises(SystemExit, match="python -m fastdllm.data"):
         _run(tmp_path, f"--data={tmp_path}/missing.jsonl")
     with pytest.raises(SystemExit, match="effective_batch"):
         _run(tmp_path, "--effective_batch=64")

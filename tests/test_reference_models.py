@@ -9,7 +9,7 @@ exported: exact match and mean NFE on committed puzzle sets are pinned.
     python tests/test_reference_models.py --compare relay           # one model (the CPU smoke check's choice)
 
 The puzzles are committed, so a generator change cannot move the pins: the easy pair decodes
-tests/data/reference_puzzles.txt (100 from sudoku.generate_puzzle and 100 twins on independently
+tests/data/reference_puzzles.txt (100 from sudoku.board.generate_puzzle and 100 twins on independently
 sampled grids), the hard pair tests/data/hard_reference_puzzles.txt (100 fresh puzzles of the
 generator's hard mode; Top1465 itself may not be copied into the repository). fp32 matmuls differ
 slightly between CPUs (AVX2, AVX-512) and can flip a close confidence comparison, so the pins carry a
@@ -30,8 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from model import load_model  # noqa: E402
-from sudoku import digits_to_tokens, format_board, parse_board, tokens_to_digits  # noqa: E402
-from sudoku_decode import decode_boards  # noqa: E402
+from sudoku.board import digits_to_tokens, format_board, parse_board, tokens_to_digits  # noqa: E402
+from sudoku.decode import decode_boards  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests", "data")
 PUZZLES = os.path.join(DATA, "reference_puzzles.txt")

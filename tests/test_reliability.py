@@ -23,7 +23,7 @@ import train_sudoku as ts
 from configurator import load_config
 from model import ModelConfig, SudokuTransformer, load_model
 from scripts import runs
-from sudoku import format_board, random_grid
+from sudoku.board import format_board, random_grid
 from test_train_sudoku import TINY, TRAIN, VAL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -35,10 +35,10 @@ def test_no_tracked_file_holds_larsdoku_puzzles():
     """larsdoku is AGPL: its puzzles are read from the installed package, never copied into the tree.
     Fails on a tracked file holding any Top1465 puzzle in either blank notation (checked by pasting one
     into a test file). Skipped without the package."""
-    import sudoku_hard
+    import sudoku.hard
     try:
-        puzzles = sudoku_hard.top1465_questions()
-    except sudoku_hard.MissingPackage as e:
+        puzzles = sudoku.hard.top1465_questions()
+    except sudoku.hard.MissingPackage as e:
         import pytest
         pytest.skip(str(e))
     wanted = set(puzzles) | {p.replace(".", "0") for p in puzzles}

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import sample
-import sudoku_decode
-import sudoku_report
+import sudoku.decode
+import sudoku.report
 from test_sample import Scripted, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny
 
 
@@ -29,7 +29,7 @@ def test_temperature_changes_the_confidences_the_threshold_rule_reads(device):
     by_hand = math.sqrt(0.99) / (math.sqrt(0.99) + 16 * math.sqrt(0.01 / 16))
     assert 1 - by_hand > 0.15
     for T, forwards in ((1.0, 1), (2.0, 3), (0.5, 1)):
-        res = sudoku_decode.decode_puzzles(model, q.to(device), tau=0.15, temperature=T)
+        res = sudoku.decode.decode_puzzles(model, q.to(device), tau=0.15, temperature=T)
         assert res.nfe.tolist() == [forwards] and res.batch1_nfe.tolist() == [forwards + 1], T
         assert torch.equal(res.pred.cpu(), a), T
 
@@ -39,9 +39,9 @@ def test_default_knobs_run_the_unwrapped_model():
     bit for bit (the golden boards of tests/test_decode.py pin it); any knob wraps it.
     Catches: the wrapper installed at the defaults too (tried: fails)."""
     model = tiny(relay=True)
-    assert sudoku_decode.sampler_knobs(model) is model
-    assert sudoku_decode.sampler_knobs(model, temperature=1.5) is not model
-    assert sudoku_decode.sampler_knobs(model, state_noise=0.1) is not model
+    assert sudoku.decode.sampler_knobs(model) is model
+    assert sudoku.decode.sampler_knobs(model, temperature=1.5) is not model
+    assert sudoku.decode.sampler_knobs(model, state_noise=0.1) is not model
 
 
 # ----------------------------------------------------------------------------- noise on the carried state
@@ -61,7 +61,7 @@ def test_state_noise_is_added_to_the_carried_state_only(device):
                                                                           device=tokens.device), h_out
     model = Scripted(rule, relay=True)
     gen = torch.Generator(device=device).manual_seed(3)
-    sudoku_decode.decode_puzzles(model, q, tau=0.0, max_steps=4, state_noise=0.5, generator=gen)
+    sudoku.decode.decode_puzzles(model, q, tau=0.0, max_steps=4, state_noise=0.5, generator=gen)
     replay = torch.Generator(device=device).manual_seed(3)
     assert model.calls[0][1] is None
     for (prev_tokens, _), (_, h) in zip(model.calls, model.calls[1:]):
@@ -79,7 +79,7 @@ def test_knobs_refuse_bad_values_in_one_line(tmp_path):
     for kwargs, message in (({"temperature": 0.0}, "temperature must be"), ({"state_noise": -1.0}, "state_noise must"),
                             ({"state_noise": 0.1}, "carries none")):
         with pytest.raises(ValueError, match=message):
-            sudoku_decode.decode_puzzles(model, q, **kwargs)
+            sudoku.decode.decode_puzzles(model, q, **kwargs)
     ckpt, data = constant_checkpoint(tmp_path / "c.pt"), puzzle_csv(tmp_path / "p.csv")
     for args, message in ((["--temperature=0"], "--temperature must"), (["--state_noise=nan"], "--state_noise must"),
                           (["--samples_per_puzzle=2"], "needs --state_noise > 0"),
@@ -91,10 +91,10 @@ def test_knobs_refuse_bad_values_in_one_line(tmp_path):
 
 # ----------------------------------------------------------------------------- k samples: pass@k and avg@k
 
-def fake_result(pred: torch.Tensor, batch1: list[int]) -> sudoku_decode.DecodeResult:
+def fake_result(pred: torch.Tensor, batch1: list[int]) -> sudoku.decode.DecodeResult:
     n = pred.size(0)
     zeros = torch.zeros(n, dtype=torch.long)
-    return sudoku_decode.DecodeResult(pred, torch.tensor(batch1), torch.tensor(batch1), zeros, zeros.float(),
+    return sudoku.decode.DecodeResult(pred, torch.tensor(batch1), torch.tensor(batch1), zeros, zeros.float(),
                                       violating_snapshots=zeros, batch1_nfe=torch.tensor(batch1))
 
 
@@ -158,7 +158,7 @@ def test_frontier_reads_accuracy_at_budgets_on_the_batch1_count():
     budget would be outside; tried: fails)."""
     entries = [sweep_entry("a", 1, {"0.45": (0.2, 10.0, 30.0), "0.01": (0.6, 20.0, 40.0)}),
                sweep_entry("b", 2, {"0.45": (0.5, 12.0, 30.0), "0.01": (0.7, 22.0, 40.0)})]
-    text = sudoku_report.format_frontier(entries, (15, 25))
+    text = sudoku.report.format_frontier(entries, (15, 25))
     rows = text.splitlines()
     assert rows[3] == "| Relay, tied (seed 1) | 40.0% ± 4.9 | outside |"
     assert rows[4] == "| Relay, tied (seed 2) | 56.0% ± 5.0 | outside |"  # 0.5 + 0.2 * 3 / 10
@@ -168,7 +168,7 @@ def test_frontier_reads_accuracy_at_budgets_on_the_batch1_count():
 
 def test_cli_frontier_is_one_command_over_the_authors_thresholds(tmp_path, capsys):
     """sample.py --frontier sweeps the authors' seven thresholds and prints accuracy at their budgets."""
-    from frontier import AUTHORS_TAUS
+    from sudoku.frontier import AUTHORS_TAUS
     ckpts = [constant_checkpoint(tmp_path / f"c{s}.pt", objective="relay", seed=s) for s in (0, 1)]
     out = tmp_path / "r.json"
     sample.main([f"--ckpt={','.join(ckpts)}", f"--data={puzzle_csv(tmp_path / 'p.csv')}", "--n=3", "--frontier",

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-import sudoku_data
+import sudoku.data
 import train_sudoku as ts
 from configurator import load_config
 from model import SudokuTransformer, load_model
-from sudoku import digits_to_tokens
+from sudoku.board import digits_to_tokens
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--eval_puzzles=16",
@@ -262,7 +262,7 @@ def fake_data(path, source: str | None, rows: dict, n_train=None) -> str:
     """A data directory as prepare_data.py leaves it: {split}.npy and meta.json recording the source."""
     os.makedirs(path, exist_ok=True)
     for split, n in rows.items():
-        sudoku_data.save_split(sudoku_data.split_path(str(path), split), np.zeros((n, 81)), np.ones((n, 81)))
+        sudoku.data.save_split(sudoku.data.split_path(str(path), split), np.zeros((n, 81)), np.ones((n, 81)))
     if source is not None:
         with open(os.path.join(path, "meta.json"), "w") as f:
             json.dump({"key": {"source": source, "n_train": n_train}}, f)
@@ -343,7 +343,7 @@ def test_guard_reads_what_prepare_data_records(tmp_path, monkeypatch, capsys):
     source is recorded (tried: the guard reading meta["source"])."""
     import pandas as pd
     import prepare_data as P
-    from puzzle_files import digits_to_strings
+    from sudoku.puzzle_files import digits_to_strings
     rng = np.random.default_rng(5)
     solution = random_grids(60, rng)
     question = solution.copy()
