@@ -45,7 +45,7 @@ from tqdm import tqdm
 import fastdllm.judge
 import fastdllm.sandbox
 from configurator import ConfigError, config_to_dict, load_config, print_config
-from devices import pick_device
+from common import pick_device
 
 
 @dataclass

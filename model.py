@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from checkpoint import load_checkpoint  # torch.load that checks the stored sha256 (docs/reliability.md)
+from common import load_checkpoint  # torch.load that checks the stored sha256 (docs/reliability.md)
 from relay import RelayLayerNorm
 
 

@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from devices import pick_device
+from common import pick_device
 from sudoku.board import MASK, N_CELLS
 from sudoku.frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
 from sudoku.decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,

@@ -10,7 +10,7 @@ import torch
 
 import fastdllm.model
 from configurator import ConfigError, load_config
-from devices import pick_device
+from common import pick_device
 from fastdllm.generate import generate
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checkpoint import CheckpointError, load_checkpoint  # noqa: E402
+from common import CheckpointError, load_checkpoint  # noqa: E402
 from model import model_from_checkpoint, save_weights  # noqa: E402
 
 

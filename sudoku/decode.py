@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 import relay
-from devices import uses_bf16
+from common import uses_bf16
 from sudoku.board import DIGIT0, MASK, N_CELLS, count_violations_batch
 
 # (step, puzzle indices into `questions`, their boards after that forward, cells it committed)

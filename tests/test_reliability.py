@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
+import common
 import sample
 import train_sudoku as ts
 from configurator import load_config
@@ -244,7 +244,7 @@ def test_a_corrupted_checkpoint_is_refused_everywhere(tmp_path, capsys):
     out = tmp_path / "run"
     train(out, "--max_iters=2")
     good = ckpt_of(out)
-    assert good["checksum"] == checkpoint.checksum(good)
+    assert good["checksum"] == common.checksum(good)
     corrupt_tensor_byte(out / "ckpt.pt")
     damaged = ckpt_of(out)  # no error from torch.load ...
     assert any(not torch.equal(a, b) for a, b in zip(tensors(good), tensors(damaged)))  # ... on changed weights
@@ -267,20 +267,20 @@ def test_checksum_covers_tensor_bytes_dtype_and_plain_values():
     and does not depend on dict insertion order. Bugs checked: dtype, shape and plain values each left
     out of the digest; dicts walked in insertion order."""
     base = {"a": torch.arange(6, dtype=torch.float32), "b": {"step": 3, "lr": 1e-3}}
-    digest = checkpoint.checksum(base)
-    assert checkpoint.checksum({"b": {"lr": 1e-3, "step": 3}, "a": torch.arange(6, dtype=torch.float32)}) == digest
+    digest = common.checksum(base)
+    assert common.checksum({"b": {"lr": 1e-3, "step": 3}, "a": torch.arange(6, dtype=torch.float32)}) == digest
     changed = [{"a": torch.arange(6, dtype=torch.float32).index_fill(0, torch.tensor([5]), 5.0000005), "b": base["b"]},
                {"a": torch.arange(6, dtype=torch.float32).view(torch.int32), "b": base["b"]},  # same bytes
                {"a": torch.arange(6, dtype=torch.float32).view(2, 3), "b": base["b"]},
                {"a": base["a"], "b": {"step": 4, "lr": 1e-3}}]
-    assert len({checkpoint.checksum(c) for c in changed} | {digest}) == 5
+    assert len({common.checksum(c) for c in changed} | {digest}) == 5
 
 
 # ----------------------------------------------------------------------------- sample.py --results provenance
 
 def tiny_checkpoint(path) -> str:
     model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0))
-    checkpoint.save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
+    common.save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
                                 "config": {"objective": "mlm", "tie_embeddings": False, "seed": 0}}, str(path))
     return str(path)
 
