@@ -11,6 +11,8 @@ Checkpoint files that say when they are damaged
   save_checkpoint therefore stores `checksum` = sha256 over every entry of the checkpoint (tensors: name,
   dtype, shape and raw bytes; other values: their repr), walked in sorted key order, and load_checkpoint
   recomputes it.
+- `save_weights` / `load_weights` / `load_model`: the Sudoku model's files (a train_sudoku.py checkpoint
+  or a .safetensors file); model.py holds only the architecture.
 
 One run per out_dir, for both trainers
 - `hold(out_dir, patterns, ...)`: refuse a fresh run over an existing one (unless overwrite) and a resume
@@ -33,10 +35,12 @@ import socket
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+
+from model import SudokuTransformer, model_from_checkpoint, model_from_config
 
 
 # =============================================================================
@@ -131,6 +135,54 @@ def load_checkpoint(path: str, map_location="cpu", required: tuple[str, ...] = (
         raise CheckpointError(f"{path} is corrupted: its contents do not match the sha256 checksum stored in it; "
                               "restore it from a copy or retrain")
     return ckpt
+
+
+# -----------------------------------------------------------------------------
+# the Sudoku model's files: a train_sudoku.py checkpoint (checksummed, above) or a .safetensors file
+# (model.py holds the architecture only, so that it can be copied with relay.py alone)
+
+
+def save_weights(model: SudokuTransformer, path: str, metadata: dict[str, str]) -> None:
+    """Weights only, as safetensors: fp32 tensors plus the model config and `metadata` (str -> str)."""
+    from safetensors.torch import save_file
+    state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, path, metadata={**metadata, "model_config": json.dumps(asdict(model.config))})
+
+
+def load_weights(path: str, device: str = "cpu") -> tuple[SudokuTransformer, dict]:
+    """Load a save_weights file in eval mode. Returns (model, metadata with "config" parsed if present)."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+    try:
+        with safe_open(path, "pt") as f:
+            meta = dict(f.metadata() or {})
+        state = load_file(path)
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
+    if "model_config" not in meta:
+        raise ValueError(f"{path} has no model_config in its metadata: not written by common.save_weights")
+    model = model_from_config(json.loads(meta.pop("model_config")))
+    model.load_state_dict(state)
+    meta["config"] = json.loads(meta.get("config", "{}"))
+    return model.to(device).eval(), meta
+
+
+def load_model(path: str, device: str = "cpu", ema: bool = True) -> tuple[SudokuTransformer, dict]:
+    """Load a train_sudoku.py checkpoint (out_dir or a .pt file) or a .safetensors file in eval mode.
+
+    Uses the EMA weights when the checkpoint has them and ema=True (as the paper's evaluation did),
+    else the raw weights. A .safetensors file holds one set of weights (the reference models hold
+    their EMA weights). Returns (model, run_config_dict).
+    """
+    if path.endswith(".safetensors"):
+        model, meta = load_weights(path, device)
+        return model, meta["config"]
+    if os.path.isdir(path):
+        path = os.path.join(path, "ckpt.pt")
+    if not os.path.exists(path):
+        raise ValueError(f"no checkpoint at {path}: train one with `python train_sudoku.py config/cpu_mlm.py`")
+    ckpt = load_checkpoint(path, map_location=device, required=("model", "model_config"))
+    return model_from_checkpoint(ckpt, device, ema), dict(ckpt.get("config", {}))
 
 
 # =============================================================================

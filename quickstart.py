@@ -27,7 +27,7 @@ from tqdm import tqdm
 import sudoku.frontier
 import sudoku.board
 import sudoku.hard
-from model import load_model
+from common import load_model
 from sudoku.puzzle_files import strings_to_digits
 from sudoku.decode import decode_boards
 

@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from common import pick_device
+from common import load_model, pick_device
 from sudoku.board import MASK, N_CELLS
 from sudoku.frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
 from sudoku.decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,
@@ -222,7 +222,6 @@ def check_sampler_args(args: argparse.Namespace) -> None:
 
 
 def load_checkpoints(spec: str, device: str, ema: bool) -> list[tuple[str, torch.nn.Module, dict]]:
-    from model import load_model
     out = []
     for path in [s.strip() for s in spec.split(",") if s.strip()]:
         try:

@@ -21,7 +21,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sudoku.decode  # noqa: E402
 from common import pick_device  # noqa: E402
-from model import ModelConfig, SudokuTransformer, load_model  # noqa: E402
+from common import load_model  # noqa: E402
+from model import ModelConfig, SudokuTransformer  # noqa: E402
 from sudoku.board import MASK, digits_to_tokens, random_grid  # noqa: E402
 
 

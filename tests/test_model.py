@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from model import ModelConfig, SudokuTransformer, apply_rope, load_model, rope_cache
+from common import load_model
+from model import ModelConfig, SudokuTransformer, apply_rope, rope_cache
 
 SMALL = dict(n_layer=2, n_head=4, n_embd=32, d_ff=64, dropout=0.0)
 
@@ -143,3 +144,16 @@ def test_optional_learned_positions(device):
         model.pos_emb[5] = torch.randn(32).to(device)
         b = model(x)[0]
     assert (a - b).abs().amax(-1)[0, 5] > 1e-3  # the embedding of position 5 is added to cell 5
+
+
+def test_model_py_imports_only_torch_and_relay():
+    """model.py is copied with relay.py alone: it imports torch, relay and the standard library's
+    dataclasses/math, nothing of this repository's (the checksummed loader is common.load_model).
+    Checked: fails with model.py's earlier `from checkpoint import load_checkpoint`."""
+    import ast
+    import model
+    tree = ast.parse(open(model.__file__).read())
+    modules = {n.module if isinstance(n, ast.ImportFrom) else a.name
+               for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in (n.names if isinstance(n, ast.Import) else [None])}
+    assert {m.split(".")[0] for m in modules} <= {"torch", "relay", "dataclasses", "math", "typing"}, modules

@@ -29,7 +29,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from model import load_model  # noqa: E402
+from common import load_model  # noqa: E402
 from sudoku.board import digits_to_tokens, format_board, parse_board, tokens_to_digits  # noqa: E402
 from sudoku.decode import decode_boards  # noqa: E402
 
@@ -80,7 +80,8 @@ def test_reference_model_metrics_are_pinned(name, device):
 def test_weights_file_round_trip(tmp_path):
     """save_weights -> load_model gives the same model in eval mode (dropout 0.1 here, so a loader that
     left the model in train mode fails; so does one that dropped the relay LayerNorm or the config)."""
-    from model import ModelConfig, SudokuTransformer, save_weights
+    from common import save_weights
+    from model import ModelConfig, SudokuTransformer
     torch.manual_seed(0)
     model = SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, relay=True, pos_emb=True))
     with torch.no_grad():

@@ -21,7 +21,8 @@ import common
 import sample
 import train_sudoku as ts
 from configurator import load_config
-from model import ModelConfig, SudokuTransformer, load_model
+from common import load_model
+from model import ModelConfig, SudokuTransformer
 from scripts import runs
 from sudoku.board import format_board, random_grid
 from test_train_sudoku import TINY, TRAIN, VAL

@@ -10,7 +10,8 @@ import torch
 import sudoku.data
 import train_sudoku as ts
 from configurator import load_config
-from model import SudokuTransformer, load_model
+from common import load_model
+from model import SudokuTransformer
 from sudoku.board import digits_to_tokens
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
