@@ -1,7 +1,6 @@
 """Run directories, locks, honest resume, checksummed checkpoints and up-front input checks
 (docs/reliability.md). Each test names the bug it was checked against: the bug was put in once, the
 test failed, the bug was taken out."""
-import hashlib
 import json
 import os
 import signal
@@ -25,7 +24,7 @@ from common import load_model
 from model import ModelConfig, SudokuTransformer
 from scripts import runs
 from sudoku.board import format_board, random_grid
-from test_train_sudoku import TINY, TRAIN, VAL
+from helpers import TINY, TRAIN, VAL, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,16 +36,6 @@ def train(out_dir, *args) -> dict:
 
 def ckpt_of(out_dir) -> dict:
     return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)
-
-
-def snapshot(path) -> dict | None:
-    """{relative path: sha256} of every file under path (None when path does not exist)."""
-    if not os.path.exists(path):
-        return None
-    if os.path.isfile(path):
-        return {"": hashlib.sha256(open(path, "rb").read()).hexdigest()}
-    return {os.path.relpath(os.path.join(d, f), path): hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
-            for d, _, files in os.walk(path) for f in files}
 
 
 def steps_logged(out_dir) -> tuple[list[int], list[int]]:

@@ -18,8 +18,7 @@ from safetensors.torch import load_file
 import common
 import train_fastdllm as T
 import train_sudoku as ts
-from test_reliability import snapshot
-from test_train_sudoku import TINY as TINY_SUDOKU, TRAIN, VAL
+from helpers import TINY as TINY_SUDOKU, TRAIN, VAL, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # one process, no DeepSpeed, the tiny random Qwen2: about a second per run

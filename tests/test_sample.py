@@ -7,9 +7,7 @@ a few use a tiny real SudokuTransformer.
 """
 import contextlib
 import json
-import math
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,55 +17,12 @@ import torch.nn as nn
 import sample
 import sudoku.decode
 import sudoku.report
-from model import ModelConfig, SudokuTransformer
 from scripts import runs
 from sudoku.board import DIGIT0, MASK, count_violations_batch, digits_to_tokens, random_grid, tokens_to_digits
+from helpers import ScriptedDenoiser, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny_sudoku
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def make_puzzles(n: int, seed: int = 0, blank: tuple[float, float] = (0.3, 0.7)):
-    """n random solved grids with a random fraction of cells blanked -> (questions, answers) token ids."""
-    rng = np.random.default_rng(seed)
-    qs, ans = [], []
-    for _ in range(n):
-        sol = random_grid(rng)
-        q = sol.copy()
-        q[rng.random(81) < rng.uniform(*blank)] = 0
-        qs.append(digits_to_tokens(q))
-        ans.append(digits_to_tokens(sol))
-    return torch.tensor(np.array(qs)), torch.tensor(np.array(ans))
-
-
-def logits_from(conf: torch.Tensor, digit: torch.Tensor) -> torch.Tensor:
-    """(B, 81) confidence and digit 1..9 -> (B, 81, 17) logits whose softmax max is exactly conf at that digit."""
-    probs = ((1 - conf) / 16)[..., None].expand(*conf.shape, 17).clone()
-    probs.scatter_(-1, (DIGIT0 + digit)[..., None], conf[..., None])
-    return probs.log()
-
-
-class Scripted(nn.Module):
-    """A stand-in model: rule(tokens, h) -> (conf, digit, h_out); records every call."""
-
-    def __init__(self, rule, relay: bool = False):
-        super().__init__()
-        self.rule, self.config, self.calls = rule, SimpleNamespace(relay=relay), []
-
-    def forward(self, tokens, h=None):
-        if h is not None and not self.config.relay:
-            raise ValueError("plain model got h")
-        self.calls.append((tokens.clone(), None if h is None else h.clone()))
-        conf, digit, h_out = self.rule(tokens, h)
-        return logits_from(conf.float(), digit.long()), h_out
-
-
-def fixed_rule(conf81, digits81):
-    """The same confidence and digit per cell at every step."""
-    def rule(tokens, h):
-        B = tokens.size(0)
-        return conf81.expand(B, 81), digits81.expand(B, 81), torch.zeros(B, 81, 2, device=tokens.device)
-    return rule
-
 
 def hashed_rule(tokens, h):
     """Row-wise deterministic, varied confidences: depends only on the row's own board."""
@@ -93,25 +48,13 @@ class DigitsOnly(nn.Module):
         return logits.index_fill(-1, torch.arange(DIGIT0 + 1, device=logits.device), -1e4), h_out
 
 
-def tiny(relay: bool, seed: int = 0) -> SudokuTransformer:
-    torch.manual_seed(seed)
-    return SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, dropout=0.0, relay=relay)).eval()
-
-
-def one_puzzle(n_blank_cells: list[int]):
-    sol = random_grid(np.random.default_rng(1))
-    q = sol.copy()
-    q[n_blank_cells] = 0
-    return torch.tensor(digits_to_tokens(q))[None], torch.tensor(digits_to_tokens(sol))[None], sol
-
-
 # ----------------------------------------------------------------------------- the policy through decode
 
 def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step(device):
     q, a, sol = one_puzzle([3, 40, 77])
     q = q.to(device)  # a parameter-free model decodes on the questions' device
     conf = torch.full((81,), 0.9, device=device)  # u = 0.1 each: 0.1 < 0.15 but 0.1 + 0.1 is not
-    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
+    model = ScriptedDenoiser(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
     res = sudoku.decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
     assert res.nfe.tolist() == [3] and res.batch_nfe.tolist() == [4]
     assert [int(c.sum()) for c in res.commits[0]] == [1, 1, 1]
@@ -126,7 +69,7 @@ def test_nothing_qualifying_forces_the_most_confident_cell(device):
     q = q.to(device)
     conf = torch.full((81,), 0.99)
     conf[3], conf[40], conf[77] = 0.5, 0.7, 0.6  # every u >= 0.3 > tau
-    model = Scripted(fixed_rule(conf.to(device), torch.as_tensor(sol, dtype=torch.long, device=device)))
+    model = ScriptedDenoiser(fixed_rule(conf.to(device), torch.as_tensor(sol, dtype=torch.long, device=device)))
     res = sudoku.decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
     order = [c.nonzero().flatten().tolist() for c in res.commits[0]]
     assert order == [[40], [77], [3]]  # one cell per step, most confident first
@@ -135,14 +78,14 @@ def test_nothing_qualifying_forces_the_most_confident_cell(device):
 
 def test_tau_zero_commits_one_cell_per_step(device):
     q, _ = make_puzzles(3, seed=5)
-    res = sudoku.decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.0)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(hashed_rule), q.to(device), tau=0.0)
     assert torch.equal(res.nfe, (q == MASK).sum(1))
 
 
 # ----------------------------------------------------------------------------- NFE accounting, early exit, batching
 
 # the tiny model in fp32: in bf16 a row's logits may depend on the batch's shape (CUDA picks kernels by shape)
-@pytest.mark.parametrize("make_model", [lambda: Scripted(hashed_rule), lambda: DigitsOnly(tiny(relay=True), fp32=True)])
+@pytest.mark.parametrize("make_model", [lambda: ScriptedDenoiser(hashed_rule), lambda: DigitsOnly(tiny_sudoku(relay=True), fp32=True)])
 def test_early_exit_batching_and_invariants(make_model, device):
     model = make_model().to(device)
     q, _ = make_puzzles(10, seed=2)
@@ -176,7 +119,7 @@ def test_early_exit_skips_forwards_on_finished_puzzles(device):
     q, _ = make_puzzles(6, seed=3)
     counted = {}
     for early in (True, False):
-        model = Scripted(hashed_rule)
+        model = ScriptedDenoiser(hashed_rule)
         res = sudoku.decode.decode_puzzles(model, q.to(device), tau=0.3, batch_size=6, early_exit=early)
         counted[early] = sum(t.size(0) for t, _ in model.calls)
     assert counted[True] == res.nfe.sum()  # exactly one row-forward per puzzle step
@@ -185,7 +128,7 @@ def test_early_exit_skips_forwards_on_finished_puzzles(device):
 
 def test_max_steps_then_one_final_forward_fills_the_rest(device):
     q, _ = make_puzzles(3, seed=4)
-    res = sudoku.decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.0, max_steps=5, record_boards=True)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(hashed_rule), q.to(device), tau=0.0, max_steps=5, record_boards=True)
     assert res.nfe.tolist() == [6, 6, 6] and res.batch_nfe.tolist() == [6, 6, 6]
     assert (res.pred != MASK).all()
     assert [int(c.sum()) for c in res.commits[0]][:5] == [1] * 5
@@ -211,17 +154,17 @@ def test_relay_state_is_carried_row_by_row(device):
     n_blank = (q == MASK).sum(1)
     q = q.to(device)
     for bs, early in ((7, True), (3, True), (3, False), (1, True)):
-        model = Scripted(rule, relay=True)
+        model = ScriptedDenoiser(rule, relay=True)
         res = sudoku.decode.decode_puzzles(model, q, tau=0.15, batch_size=bs, early_exit=early)
         assert torch.equal(res.nfe, n_blank.clamp(max=3)), (bs, early)
         assert model.calls[0][1] is None
     # without carry every step looks like the first: one cell per step
-    res = sudoku.decode.decode_puzzles(Scripted(rule, relay=True), q, tau=0.15, relay_carry=False)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(rule, relay=True), q, tau=0.15, relay_carry=False)
     assert torch.equal(res.nfe, n_blank)
 
 
 def test_zeroed_relay_layernorm_decodes_like_the_plain_model(device):
-    plain, relay = tiny(relay=False, seed=0), tiny(relay=True, seed=1)
+    plain, relay = tiny_sudoku(relay=False, seed=0), tiny_sudoku(relay=True, seed=1)
     missing, unexpected = relay.load_state_dict(plain.state_dict(), strict=False)
     assert not unexpected and all(k.startswith("relay_norm") for k in missing)
     with torch.no_grad():
@@ -241,7 +184,7 @@ def test_zeroed_relay_layernorm_decodes_like_the_plain_model(device):
 
 
 def test_decode_restores_training_mode_and_rejects_bad_questions():
-    model = tiny(relay=True).train()
+    model = tiny_sudoku(relay=True).train()
     q, _ = make_puzzles(2)
     sudoku.decode.decode_puzzles(DigitsOnly(model), q, tau=0.5)
     assert model.training
@@ -293,7 +236,7 @@ def test_score_on_hand_made_boards(device):
 
 def test_violations_rollout_sums_the_boards_after_each_forward(device):
     q, _ = make_puzzles(4, seed=9)
-    res = sudoku.decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.3, record_boards=True)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(hashed_rule), q.to(device), tau=0.3, record_boards=True)
     for i in range(4):
         assert res.violations_rollout[i] == sudoku.decode.token_violations(res.boards[i]).sum()
     assert res.violations_rollout.sum() > 0  # hashed_rule ignores Sudoku rules: it does make violations
@@ -328,33 +271,6 @@ def test_method_styles_one_colour_per_objective():
 
 
 # ----------------------------------------------------------------------------- command line
-
-def constant_checkpoint(path, digit: int = 5, conf: float = 0.9, objective: str = "mlm", seed: int = 0) -> str:
-    """A real SudokuTransformer checkpoint that predicts `digit` with confidence `conf` at every cell."""
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0, relay=objective.startswith("relay"))
-    model = SudokuTransformer(cfg)
-    logp = torch.full((17,), math.log((1 - conf) / 16))
-    logp[DIGIT0 + digit] = math.log(conf)
-    with torch.no_grad():  # final LayerNorm outputs its bias e_0 whatever the input; the head maps e_0 to logp
-        model.final_norm.weight.zero_()
-        model.final_norm.bias.zero_()
-        model.final_norm.bias[0] = 1.0
-        model.head.weight.zero_()
-        model.head.weight[:, 0] = logp
-    from dataclasses import asdict
-    torch.save({"model": model.state_dict(), "model_config": asdict(cfg), "ema": None,
-                "config": {"objective": objective, "tie_embeddings": False, "seed": seed}}, path)
-    return str(path)
-
-
-def puzzle_csv(path, n: int = 6) -> str:
-    q, a = make_puzzles(n, seed=11)
-    from sudoku.board import format_board
-    rows = ["question,answer"] + [f"{format_board(tokens_to_digits(x.numpy()))},{format_board(tokens_to_digits(y.numpy()))}"
-                                  for x, y in zip(q, a)]
-    path.write_text("\n".join(rows) + "\n")
-    return str(path)
-
 
 def test_cli_writes_json_table_plot_and_dump(tmp_path, capsys):
     ckpts = [constant_checkpoint(tmp_path / f"{o}{s}.pt", objective=o, seed=s) for o in ("mlm", "relay") for s in (0, 1)]

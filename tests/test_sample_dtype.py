@@ -7,7 +7,7 @@ import torch
 import sample
 import sudoku.decode
 from model import ModelConfig, SudokuTransformer
-from test_sample import constant_checkpoint, make_puzzles, puzzle_csv
+from helpers import constant_checkpoint, make_puzzles, puzzle_csv
 
 
 def logits_dtypes(dtype: str) -> tuple[set, torch.Tensor]:
