@@ -7,6 +7,8 @@ produced them, on a committed puzzle set and a fixed-seed float64 model built he
 The golden file tests/data/decode_golden.json was written by the sample.py decoding loop as it was
 before decoding moved into relay.decode; the puzzles (tests/data/sudoku_decode_64.txt) are committed
 rather than generated, so a change of the puzzle generator cannot move the golden values.
+test_pin_decode_golden_boards_and_nfe is a pin: it compares the code with its own earlier output, so it
+catches a change, not a wrong method; the row-by-row reference below is the evidence.
 """
 import hashlib
 import json
@@ -76,7 +78,7 @@ def run_cases(device: str | torch.device = "cpu") -> dict:
     return out
 
 
-def test_decode_matches_the_golden_boards_and_nfe(device):
+def test_pin_decode_golden_boards_and_nfe(device):
     """Catches any change of the decoding loop's boards, per-puzzle NFE, batch NFE, rollout violations
     or per-forward trace. Checked: fails when relay.decode skips the final-fill forward (case
     maxsteps10), when batch_nfe drops its +1, when the carry passes h=None at every step, and when

@@ -1,7 +1,9 @@
+import json
+
 import pytest
 import torch
 
-from common import load_model
+from common import load_model, save_weights
 from model import ModelConfig, SudokuTransformer, apply_rope, rope_cache
 
 SMALL = dict(n_layer=2, n_head=4, n_embd=32, d_ff=64, dropout=0.0)
@@ -157,3 +159,28 @@ def test_model_py_imports_only_torch_and_relay():
                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                for a in (n.names if isinstance(n, ast.Import) else [None])}
     assert {m.split(".")[0] for m in modules} <= {"torch", "relay", "dataclasses", "math", "typing"}, modules
+
+
+def test_weights_file_round_trip(tmp_path):
+    """save_weights -> load_model gives the same model in eval mode (dropout 0.1 here, so a loader that
+    left the model in train mode fails; so does one that dropped the relay LayerNorm or the config)."""
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, relay=True, pos_emb=True))
+    with torch.no_grad():
+        model.relay_norm.bias.normal_()
+    path = str(tmp_path / "m.safetensors")
+    save_weights(model.eval(), path, {"config": json.dumps({"objective": "relay"})})
+    loaded, config = load_model(path)
+    tokens = torch.randint(0, 17, (3, 81))
+    h = torch.randn(3, 81, 32)
+    assert config == {"objective": "relay"} and loaded.config == model.config
+    assert torch.equal(loaded(tokens, h)[0], model(tokens, h)[0])
+
+
+def test_weights_file_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    for path in (str(bad), str(tmp_path / "missing.safetensors")):
+        with pytest.raises(ValueError) as e:
+            load_model(path)
+        assert path in str(e.value) and "\n" not in str(e.value)

@@ -97,7 +97,7 @@ def test_array_files_hold_the_parquet_puzzles_as_digits(data_dir):
             assert [int(t) for t in tokens[0]] == [2 if d == 0 else 7 + int(d) for d in digits[0]]
 
 
-def test_default_generation_is_pinned(tmp_path):
+def test_pin_default_generation(tmp_path):
     """The generator's default arguments (seed 0, clues 17-45) give exactly the puzzles that the
     pre-refactor prepare_data.py gave (hash of its parquet output for 30/5/10 puzzles, generator version 2).
     The cache key trusts this: same arguments and GENERATOR_VERSION, same puzzles.
