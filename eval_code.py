@@ -14,10 +14,10 @@ Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
     fixed response prefix + "```python\\n"], cut right there, so generation continues the code block;
   - completion: text before the first "```", then sanitised (imports and the definitions the entry
     point needs; see sanitize()), with the fallbacks of the authors' to_evalplus_solution;
-  - scoring: every program runs in sandbox.py's isolation (bubblewrap where it works, else namespaces
-    built by sandbox.py itself; with neither the command refuses unless --sandbox=unsafe is given, and
+  - scoring: every program runs in fastdllm/sandbox.py's isolation (bubblewrap where it works, else namespaces
+    built by fastdllm/sandbox.py itself; with neither the command refuses unless --sandbox=unsafe is given, and
     it prints the mode and why any stronger one was not used; docs/sandbox.md), judged by
-    fastdllm_judge.py. With an EvalPlus-format
+    fastdllm/judge.py. With an EvalPlus-format
     file (HumanEvalPlus / MbppPlus jsonl) "base" and "plus" are EvalPlus' differential tests: the
     program returns its outputs on base_input / plus_input as data and the harness compares them with
     those of the canonical solution (floats within atol). Without one, HumanEval "base" runs the
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-import fastdllm_judge
-import sandbox
+import fastdllm.judge
+import fastdllm.sandbox
 from configurator import ConfigError, config_to_dict, load_config, print_config
-from devices import pick_device
+from common import pick_device
 
 
 @dataclass
@@ -284,15 +284,15 @@ def batches(prompts: list[str], ids: list[list[int]], batch_size: int, decode: s
 
 def _load_model(cfg: EvalConfig):
     import torch
-    import fastdllm_model
+    import fastdllm.model
     device = pick_device(cfg.device)
     if cfg.model == "tiny":
-        model = fastdllm_model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed).to(device)
-        return model.eval(), fastdllm_model.make_tiny_tokenizer(), device
+        model = fastdllm.model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed).to(device)
+        return model.eval(), fastdllm.model.make_tiny_tokenizer(), device
     dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
     if cfg.dtype not in dtypes:
         raise SystemExit(f"--dtype must be one of {list(dtypes)}, got '{cfg.dtype}'")
-    model, tok = fastdllm_model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device)
+    model, tok = fastdllm.model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device)
     return model.eval(), tok, device
 
 
@@ -312,7 +312,7 @@ def _check_writable_dir(path: str, what: str) -> None:
         raise SystemExit(f"--{what}={path}: {existing} is not writable ({e.strerror})")
 
 
-def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, sandbox.Choice, list[str] | None]:
+def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, fastdllm.sandbox.Choice, list[str] | None]:
     """Every check that can fail, before anything is written or any model is loaded. Returns
     (problems, has_plus, the sandbox choice, the programs of --samples or None)."""
     for key, ok, rule in [("workers", cfg.workers >= 0, ">= 0 (0 = one per CPU core)"), ("timeout", cfg.timeout > 0, "> 0"),
@@ -323,7 +323,7 @@ def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, sandbox.Choice, lis
     if cfg.canonical and cfg.samples:
         raise SystemExit("--canonical=True and --samples=FILE both say what to judge: pass one")
     try:
-        choice = sandbox.choose_mode(cfg.sandbox)
+        choice = fastdllm.sandbox.choose_mode(cfg.sandbox)
         problems, has_plus = load_problems(cfg.dataset, cfg.data_path)
         known = {p["task_id"] for p in problems}
         problems = problems[:cfg.limit] if cfg.limit else problems
@@ -387,7 +387,7 @@ def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> No
     """Generate the completions of every batch of the plan not yet in samples.jsonl, appending each
     batch's rows as soon as it is decoded."""
     import torch
-    from fastdllm_generate import generate
+    from fastdllm.generate import generate
     try:
         model, tok, device = _load_model(cfg)
     except ValueError as e:
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
         judged[p["task_id"]] = row
 
     try:
-        fastdllm_judge.judge_solutions([problems[i] for i in todo], [programs[i] for i in todo], has_plus, mbpp=cfg.dataset == "mbpp",
+        fastdllm.judge.judge_solutions([problems[i] for i in todo], [programs[i] for i in todo], has_plus, mbpp=cfg.dataset == "mbpp",
               workers=cfg.workers, timeout=cfg.timeout, memory_gb=cfg.memory_gb,
               cache_dir=os.path.expanduser(cfg.gt_cache_dir), mode=mode, on_result=record)
     except RuntimeError as e:  # a canonical solution fails on its own inputs: the data or the harness is broken
@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
     gen_seconds = sum({r["batch"]: r["batch_seconds"] for r in rows}.values())
     summary = dict(
         dataset=cfg.dataset, n_problems=n,
-        **fastdllm_judge.pass_at_1(results, has_plus),
+        **fastdllm.judge.pass_at_1(results, has_plus),
         mean_nfe=sum(r["nfe"] for r in rows) / n if rows else None,
         tokens_per_s=sum(r["n_tokens"] for r in rows) / gen_seconds if gen_seconds else None,
         generation_s=gen_seconds, sandbox=mode, config=config_to_dict(cfg))

@@ -14,15 +14,12 @@ Relay (paper Eq. 2): the input to block 0 is Emb(x) + LN_relay(h), where h is th
 last block's output *before* the final LayerNorm of the previous step. 7,106,304 parameters
 (untied); 7,105,536 without relay; tying the head to the embedding saves 6,528.
 """
-import json
-import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from checkpoint import load_checkpoint  # torch.load that checks the stored sha256 (docs/reliability.md)
 from relay import RelayLayerNorm
 
 
@@ -158,49 +155,6 @@ def model_from_config(config: dict) -> SudokuTransformer:
     """A fresh model from a stored ModelConfig dict; keys this version does not know are ignored."""
     known = {f.name for f in fields(ModelConfig)}
     return SudokuTransformer(ModelConfig(**{k: v for k, v in config.items() if k in known}))
-
-
-def save_weights(model: SudokuTransformer, path: str, metadata: dict[str, str]) -> None:
-    """Weights only, as safetensors: fp32 tensors plus the model config and `metadata` (str -> str)."""
-    from safetensors.torch import save_file
-    state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, path, metadata={**metadata, "model_config": json.dumps(asdict(model.config))})
-
-
-def load_weights(path: str, device: str = "cpu") -> tuple[SudokuTransformer, dict]:
-    """Load a save_weights file in eval mode. Returns (model, metadata with "config" parsed if present)."""
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-    try:
-        with safe_open(path, "pt") as f:
-            meta = dict(f.metadata() or {})
-        state = load_file(path)
-    except (SafetensorError, OSError) as e:
-        raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
-    if "model_config" not in meta:
-        raise ValueError(f"{path} has no model_config in its metadata: not written by model.save_weights")
-    model = model_from_config(json.loads(meta.pop("model_config")))
-    model.load_state_dict(state)
-    meta["config"] = json.loads(meta.get("config", "{}"))
-    return model.to(device).eval(), meta
-
-
-def load_model(path: str, device: str = "cpu", ema: bool = True) -> tuple[SudokuTransformer, dict]:
-    """Load a train_sudoku.py checkpoint (out_dir or a .pt file) or a .safetensors file in eval mode.
-
-    Uses the EMA weights when the checkpoint has them and ema=True (as the paper's evaluation did),
-    else the raw weights. A .safetensors file holds one set of weights (the reference models hold
-    their EMA weights). Returns (model, run_config_dict).
-    """
-    if path.endswith(".safetensors"):
-        model, meta = load_weights(path, device)
-        return model, meta["config"]
-    if os.path.isdir(path):
-        path = os.path.join(path, "ckpt.pt")
-    if not os.path.exists(path):
-        raise ValueError(f"no checkpoint at {path}: train one with `python train_sudoku.py config/cpu_mlm.py`")
-    ckpt = load_checkpoint(path, map_location=device, required=("model", "model_config"))
-    return model_from_checkpoint(ckpt, device, ema), dict(ckpt.get("config", {}))
 
 
 def model_from_checkpoint(ckpt: dict, device: str = "cpu", ema: bool = True) -> SudokuTransformer:

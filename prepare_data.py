@@ -8,21 +8,21 @@
     python prepare_data.py --hard --out_dir=data/sudoku-gen-hard         # license-free: the generator's hard mode
 
 Output (default data/sudoku/):
-  {train,val,test}.npy      (N, 2, 81) uint8 question / answer digits, what training reads (sudoku_data.py)
+  {train,val,test}.npy      (N, 2, 81) uint8 question / answer digits, what training reads (sudoku/data.py)
   {train,val,test}.parquet  columns source, question, answer, rating (+ trajectory, num_steps,
                             strategies_used, derive_status after --derive): the cohorts and inspection
   top1465.parquet           Top1465, an evaluation set only (when larsdoku is installed): `sample.py --data=...`
   meta.json                 the arguments: the same arguments again reuse the data instead of rebuilding it
 
 No puzzle, and no symmetric copy of one (digit relabelling, row/column/band/stack permutations,
-transposition: sudoku_symmetry.py), sits in two splits, whatever the source; later splits win (test,
+transposition: sudoku/symmetry.py), sits in two splits, whatever the source; later splits win (test,
 then val). Train and val also lose every symmetric copy of a Top1465 puzzle, so Top1465 stays a clean
 test set.
 
 The steps, in the order main() runs them: the arguments' cache key; the splits from the source
-(generate_splits / load_hub_splits / a checked file, puzzle_files.py); the solver fields
-(solver_fields.py) with --derive; the files. (The Fast-dLLM v2 SFT data has its own script,
-fastdllm_data.py.)
+(generate_splits / load_hub_splits / a checked file, sudoku/puzzle_files.py); the solver fields
+(sudoku/solver_fields.py) with --derive; the files. (The Fast-dLLM v2 SFT data has its own script,
+fastdllm/data.py.)
 """
 import argparse
 import functools
@@ -37,13 +37,13 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-import sudoku
-import sudoku_hard
-from puzzle_files import check_puzzles, read_puzzle_file, solve_row, strings_to_digits
-from puzzle_files import load_puzzles  # noqa: F401  (evaluation scripts load puzzles through prepare_data)
-from solver_fields import DERIVED_COLUMNS, TIERS, deduction_only_mask, derive_one, hardest_tier
-from sudoku_data import DATA_DIR, SPLITS, save_split, split_path
-from sudoku_symmetry import equivalent, invariant_keys
+import sudoku.board
+import sudoku.hard
+from sudoku.puzzle_files import check_puzzles, read_puzzle_file, solve_row, strings_to_digits
+from sudoku.puzzle_files import load_puzzles  # noqa: F401  (evaluation scripts load puzzles through prepare_data)
+from sudoku.solver_fields import DERIVED_COLUMNS, TIERS, deduction_only_mask, derive_one, hardest_tier
+from sudoku.data import DATA_DIR, SPLITS, save_split, split_path
+from sudoku.symmetry import equivalent, invariant_keys
 
 HUB_DATASET = "brozonoyer/sapientinc-sudoku-extreme-timvink-sudoku-solver"  # the paper's data (sapientinc + Tim's solver)
 DEFAULT_SIZES = {"train": 50_000, "val": 1_000, "test": 2_000}  # generate: ~4 min on 2 cores, fits the CPU presets
@@ -64,9 +64,9 @@ def pool_map(fn, items: list, workers: int, desc: str, chunksize: int = 64) -> l
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Prepare the Sudoku data (see the module docstring).",
-                                epilog="The Fast-dLLM v2 SFT data: python fastdllm_data.py -h")
+                                epilog="The Fast-dLLM v2 SFT data: python -m fastdllm.data -h")
     p.add_argument("--source", choices=["generate", "hf", "file", "larsdoku"], default="generate")
-    p.add_argument("--collections", default=",".join(sudoku_hard.LARSDOKU_COLLECTIONS),
+    p.add_argument("--collections", default=",".join(sudoku.hard.LARSDOKU_COLLECTIONS),
                    help="larsdoku: comma-separated sub-collections (default: all)")
     p.add_argument("--path", help="--source=file: CSV / parquet / JSONL / text file of puzzles")
     p.add_argument("--out_dir", default=DATA_DIR)
@@ -88,9 +88,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--force", action="store_true", help="rebuild even if out_dir holds data made with the same arguments")
     args, unknown = p.parse_known_args(argv)
     if unknown:  # --task=sft was this script's way to the Fast-dLLM data before it got its own
-        sft = "; the Fast-dLLM v2 SFT data: python fastdllm_data.py" if any(a.startswith("--task") for a in unknown) else ""
+        sft = "; the Fast-dLLM v2 SFT data: python -m fastdllm.data" if any(a.startswith("--task") for a in unknown) else ""
         p.error(f"unrecognized arguments: {' '.join(unknown)}{sft}")
-    if not 0 <= args.min_clues <= args.max_clues <= sudoku.N_CELLS:
+    if not 0 <= args.min_clues <= args.max_clues <= sudoku.board.N_CELLS:
         p.error(f"need 0 <= --min_clues <= --max_clues <= 81, got {args.min_clues} and {args.max_clues}")
     for key in ("n_train", "n_val", "n_test"):
         if getattr(args, key) is not None and getattr(args, key) < 0:
@@ -118,7 +118,7 @@ def _cache_key(args: argparse.Namespace) -> dict:
     if args.source == "larsdoku":
         key["collections"] = args.collections
     if args.source == "generate":
-        key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.GENERATOR_VERSION)
+        key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.board.GENERATOR_VERSION)
         if args.hard:
             key.update(hard=True, augment=args.augment)
     if args.source == "hf":
@@ -151,12 +151,12 @@ def generate_one(seed: int, stream: int, index: int, min_clues: int, max_clues: 
     digits with 0 = blank, and a clue count uniform in [min_clues, max_clues]. One generator per
     (seed, stream, index), so a data set does not depend on the worker count."""
     rng = np.random.default_rng([seed, stream, index])
-    return sudoku.generate_puzzle(rng, int(rng.integers(min_clues, max_clues + 1)))
+    return sudoku.board.generate_puzzle(rng, int(rng.integers(min_clues, max_clues + 1)))
 
 
 def _generate_one(job: tuple) -> tuple[str, str, int]:
     puzzle, solution, rating = generate_one(*job)
-    return sudoku.format_board(puzzle), sudoku.format_board(solution), rating
+    return sudoku.board.format_board(puzzle), sudoku.board.format_board(solution), rating
 
 
 def generate_splits(seed: int, sizes: dict[str, int], min_clues: int, max_clues: int,
@@ -259,13 +259,13 @@ def _drop_overlap(splits: dict[str, pd.DataFrame], held_out: pd.DataFrame | None
 def top1465_if_installed() -> pd.DataFrame | None:
     """Top1465 with solutions when larsdoku is installed, else None (the splits are then not checked against it)."""
     try:
-        return sudoku_hard.read_top1465()
-    except sudoku_hard.MissingPackage:
+        return sudoku.hard.read_top1465()
+    except sudoku.hard.MissingPackage:
         return None
 
 
 def generate_hard_splits(seed: int, sizes: dict[str, int], augment: int, workers: int) -> dict[str, pd.DataFrame]:
-    """Hard seeds (sudoku_hard.hard_seed) drawn per split from its own stream until there are enough:
+    """Hard seeds (sudoku.hard.hard_seed) drawn per split from its own stream until there are enough:
     val and test one puzzle per seed, train `augment` symmetric copies of each."""
     frames = {}
     for stream, split in enumerate(SPLITS):
@@ -274,12 +274,12 @@ def generate_hard_splits(seed: int, sizes: dict[str, int], augment: int, workers
         while len(rows) < need:
             jobs = [(seed, 100 + stream, i) for i in range(start, start + 2 * (need - len(rows)) + 16)]
             start += len(jobs)
-            found = pool_map(sudoku_hard._hard_seed_job, jobs, workers, f"hard {split} seeds", chunksize=16)
+            found = pool_map(sudoku.hard._hard_seed_job, jobs, workers, f"hard {split} seeds", chunksize=16)
             rows += [r for r in found if r is not None]
             if start > 50 * need + 1000 and len(rows) < need / 10:  # about 60% of minimal puzzles qualify
                 raise SystemExit(f"the hard generator found {len(rows)} hard seeds in {start} tries: a bug, not bad luck")
         seeds = pd.DataFrame(rows[:need], columns=["question", "answer", "rating"])
-        frame = sudoku_hard.augment(seeds, copies, seed).iloc[:sizes[split]]
+        frame = sudoku.hard.augment(seeds, copies, seed).iloc[:sizes[split]]
         frame.insert(0, "source", f"generated-hard-seed{seed}")
         frames[split] = frame.reset_index(drop=True)
     return frames
@@ -341,10 +341,10 @@ def file_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list
 
 def larsdoku_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]:
     collections = tuple(c.strip() for c in args.collections.split(",") if c.strip())
-    frame = sudoku_hard.read_larsdoku(collections)
+    frame = sudoku.hard.read_larsdoku(collections)
     sizes = {"train": args.n_train, "val": DEFAULT_SIZES["val"] if args.n_val is None else args.n_val,
              "test": DEFAULT_SIZES["test"] if args.n_test is None else args.n_test}
-    splits = sudoku_hard.split_by_class(frame, sizes, args.seed)
+    splits = sudoku.hard.split_by_class(frame, sizes, args.seed)
     return splits, [f"larsdoku {','.join(collections)}: {len(frame)} puzzles, split by symmetry class "
                     f"(val and test: one puzzle per class)"]
 
@@ -403,7 +403,7 @@ def summarize(splits: dict[str, pd.DataFrame]) -> str:
                      f" {np.nanmean(rating):>9.1f} /{np.nanmax(rating):>5.0f}")
     clues = np.concatenate(clues_all)
     if clues.size:
-        counts = np.bincount(clues, minlength=sudoku.N_CELLS + 1)
+        counts = np.bincount(clues, minlength=sudoku.board.N_CELLS + 1)
         lines.append("clue histogram (all splits):")
         top = counts.max()
         for c in range(clues.min(), clues.max() + 1):
@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> None:
         top1465 = top1465_if_installed()
         splits, notes = build(args, top1465)
     if "top1465" in wanted and top1465 is None:
-        raise SystemExit("--derive_splits=top1465: no Top1465 here; " + sudoku_hard.INSTALL)
+        raise SystemExit("--derive_splits=top1465: no Top1465 here; " + sudoku.hard.INSTALL)
     frames = {**splits, **({"top1465": top1465} if top1465 is not None else {})}
     for split in sorted(wanted, key=list(frames).index):
         if not {"trajectory", "num_steps", "strategies_used"} <= set(frames[split].columns):

@@ -13,7 +13,7 @@ prepare_data.py removes its symmetric copies from every training split), and fre
 repository's generator in its hard mode (minimal puzzles that naked and hidden singles cannot
 finish). Decoding is confidence-threshold unmasking over a τ sweep (relay.decode); the paper compares
 models at matched NFE (Sec. 4.1, Fig. 2), so the table reads each model's accuracy at the same mean
-number of forward passes, interpolated along its sweep (frontier.py), with binomial standard errors.
+number of forward passes, interpolated along its sweep (sudoku/frontier.py), with binomial standard errors.
 """
 import argparse
 import json
@@ -24,12 +24,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import frontier
-import sudoku
-import sudoku_hard
-from model import load_model
-from puzzle_files import strings_to_digits
-from sudoku_decode import decode_boards
+import sudoku.frontier
+import sudoku.board
+import sudoku.hard
+from common import load_model
+from sudoku.puzzle_files import strings_to_digits
+from sudoku.decode import decode_boards
 
 REFERENCES = {"hard": {"MLM": "reference/hard_mlm.safetensors", "Relay": "reference/hard_relay.safetensors"},
               # the earlier pair, trained on the easy generated mix (17-45 clues; docs/results.md)
@@ -40,9 +40,9 @@ COLORS = {"MLM": "C0", "Relay": "C3"}
 
 def top1465(n: int) -> tuple[np.ndarray, np.ndarray]:
     """The first n Top1465 puzzles and their solutions as (n, 81) token ids."""
-    questions = strings_to_digits(sudoku_hard.top1465_questions()[:n])
-    answers = np.stack([sudoku.solve(q) for q in questions])
-    return sudoku.digits_to_tokens(questions), sudoku.digits_to_tokens(answers)
+    questions = strings_to_digits(sudoku.hard.top1465_questions()[:n])
+    answers = np.stack([sudoku.board.solve(q) for q in questions])
+    return sudoku.board.digits_to_tokens(questions), sudoku.board.digits_to_tokens(answers)
 
 
 def fresh_hard(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -50,13 +50,13 @@ def fresh_hard(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rows, index = [], 0
     with tqdm(total=n, desc="fresh hard puzzles", disable=None, leave=False) as bar:
         while len(rows) < n:
-            found = sudoku_hard.hard_seed(seed, 1000, index)
+            found = sudoku.hard.hard_seed(seed, 1000, index)
             index += 1
             if found is not None:
                 rows.append(found)
                 bar.update()
     q, a, _ = zip(*rows)
-    return sudoku.digits_to_tokens(strings_to_digits(q)), sudoku.digits_to_tokens(strings_to_digits(a))
+    return sudoku.board.digits_to_tokens(strings_to_digits(q)), sudoku.board.digits_to_tokens(strings_to_digits(a))
 
 
 def sweep(model: torch.nn.Module, questions: np.ndarray, answers: np.ndarray) -> list[dict]:
@@ -69,8 +69,8 @@ def sweep(model: torch.nn.Module, questions: np.ndarray, answers: np.ndarray) ->
     return out
 
 
-def curve(points: list[dict]) -> list[frontier.Point]:
-    return [frontier.Point(p["nfe"], p["exact"], p["n"]) for p in points]
+def curve(points: list[dict]) -> list[sudoku.frontier.Point]:
+    return [sudoku.frontier.Point(p["nfe"], p["exact"], p["n"]) for p in points]
 
 
 def report(results: dict[str, dict[str, list[dict]]]) -> str:
@@ -82,9 +82,9 @@ def report(results: dict[str, dict[str, list[dict]]]) -> str:
             lines.append(f"| {name} | {model} | " + " | ".join(cells) + " |")
     for name, by_model in results.items():
         curves = {model: curve(points) for model, points in by_model.items()}
-        budgets = frontier.even_budgets(list(curves.values()), 4)
+        budgets = sudoku.frontier.even_budgets(list(curves.values()), 4)
         lines += ["", f"{name}: exact match at matched mean NFE (± binomial s.e.)", "",
-                  frontier.compare(curves, budgets) if budgets else "the two curves share no NFE range"]
+                  sudoku.frontier.compare(curves, budgets) if budgets else "the two curves share no NFE range"]
     return "\n".join(lines)
 
 
@@ -92,7 +92,7 @@ def plot(results: dict[str, dict[str, list[dict]]], path: str) -> None:
     panels = {f"{name} ({next(iter(by_model.values()))[0]['n']} puzzles)":
               {m: [curve(points)] for m, points in by_model.items()} for name, by_model in results.items()}
     taus = ", ".join(f"{t:g}" for t in TAUS)
-    frontier.plot_panels(panels, COLORS, f"exact match against mean NFE per puzzle, τ ∈ {{{taus}}}", path)
+    sudoku.frontier.plot_panels(panels, COLORS, f"exact match against mean NFE per puzzle, τ ∈ {{{taus}}}", path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,8 +8,8 @@
     python sample.py --ckpt=out/relay --state_noise=1 --samples_per_puzzle=8  # pass@8 and avg@8
     python sample.py --ckpt=out/relay --puzzle=4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......
 
-Decoding lives in sudoku_decode.py, Table 1 / the Pareto figure / merging of --out files in
-sudoku_report.py, the --puzzle viewer and --dump in sudoku_show.py.
+Decoding lives in sudoku/decode.py, Table 1 / the Pareto figure / merging of --out files in
+sudoku/report.py, the --puzzle viewer and --dump in sudoku/show.py.
 
 NFE is reported four ways (definitions and the Table 1 columns they match: docs/sudoku_metrics.md):
   batch1_nfe    Table 1's count (both columns): the authors decoded one puzzle at a time, so a puzzle
@@ -28,14 +28,14 @@ import time
 import numpy as np
 import torch
 
-from devices import pick_device
-from sudoku import MASK, N_CELLS
-from frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
-from sudoku_decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,
+from common import load_model, pick_device
+from sudoku.board import MASK, N_CELLS
+from sudoku.frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
+from sudoku.decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,
                            token_violations)
-from sudoku_report import (NFE_AXES, check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
+from sudoku.report import (NFE_AXES, check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
                            load_results, plot_pareto, tau_key)
-from sudoku_show import show_puzzle, write_boards
+from sudoku.show import show_puzzle, write_boards
 
 TAUS = (0.05, 0.10, 0.15, 0.20, 0.25)  # the paper's inference sweep
 AUTHORS_BATCH = 512  # the batch size of the authors' validation (their batch-level NFE)
@@ -66,7 +66,7 @@ def score(questions: torch.Tensor, answers: torch.Tensor | None, result: DecodeR
     batch1_nfe         Table 1's count: mean of own loop steps + 1 (the batch-level count at batch size 1)
     batch512_nfe       the batch-level count of batches of 512 in the given order, from the batch-1 counts
     legal_rate         fraction of final boards fully filled with 1..9 and no repeated digit in a unit
-    violations_final   mean violation count (sudoku.count_violations_batch) of the final board
+    violations_final   mean violation count (sudoku.board.count_violations_batch) of the final board
     violations_rollout mean over puzzles of that count summed over the boards after each forward
     violating_snapshots mean over puzzles of the authors' count of snapshots with any violation
     cells_per_step     mean over puzzles of cells filled / nfe
@@ -222,7 +222,6 @@ def check_sampler_args(args: argparse.Namespace) -> None:
 
 
 def load_checkpoints(spec: str, device: str, ema: bool) -> list[tuple[str, torch.nn.Module, dict]]:
-    from model import load_model
     out = []
     for path in [s.strip() for s in spec.split(",") if s.strip()]:
         try:

@@ -1,6 +1,6 @@
 """Adapt Fast-dLLM v2 with vanilla SFT, Rollout, Relay (sg) or Relay (paper Sec. 4.2, Table 2).
 
-Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from `python fastdllm_data.py`):
+Paper runs (2 GPUs, DeepSpeed ZeRO-3, bf16, gradient checkpointing; data from `python -m fastdllm.data`):
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py
     torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_relay.py --resume=True
 Tiny random Qwen2 on CPU (2 gloo processes; DeepSpeed's CPU accelerator runs ZeRO-3 here too):
@@ -14,10 +14,10 @@ Objectives (docs/fastdllm.md, "Training objectives"):
   relay_sg  the same with the relay state passed between the two forwards but detached
   relay     the same with backpropagation through the relay (truncated BPTT, K=2) (Sec. 4.2)
 Outputs: out_dir/ckpt-<step>/ (config.json + model.safetensors + tokenizer, loadable with
-fastdllm_model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
+fastdllm.model.load_fastdllm) every save_interval steps and at the end; out_dir/resume/ holds the
 optimizer, step, per-rank RNG, data position and rollout buffer for --resume=True (layout:
 docs/reference.md, "Checkpoints and resume"); out_dir/metrics.jsonl one record per logged step. The run
-directory follows train_sudoku.py's rules through run_dir.py (docs/reliability.md): a fresh run never
+directory follows train_sudoku.py's rules through common.py (docs/reliability.md): a fresh run never
 starts over another (--overwrite=True to replace one), rank 0 holds out_dir locked, a resume refuses
 changed hyperparameters (--allow_config_change=True to accept and record them) and verifies the sha256
 of every file of resume/. The code reads setup -> train_step -> save; one process, DDP and DeepSpeed
@@ -38,19 +38,19 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from devices import pick_device
+import common
+from common import pick_device
 from configurator import ConfigError, config_to_dict, load_config, print_config
-from fastdllm_data import collate, read_jsonl, tokenize_conversation, toy_conversations
-from fastdllm_model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm,
+from fastdllm.data import collate, read_jsonl, tokenize_conversation, toy_conversations
+from fastdllm.model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm,
                             make_tiny_tokenizer, resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
-from fastdllm_tokenizer import load_real_tokenizer
+from fastdllm.tokenizer import load_real_tokenizer
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
-import run_dir
 
 OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
-# run directory (run_dir.py, the same rules as train_sudoku.py; docs/reliability.md)
+# run directory (common.py, the same rules as train_sudoku.py; docs/reliability.md)
 RUN_FILES = ("ckpt-*", "resume", "resume.tmp", "resume.old", "metrics.jsonl")  # out_dir holds a run when it has one
-RESUME_RULES = run_dir.ResumeRules(
+RESUME_RULES = common.ResumeRules(
     may_change=("max_iters", "save_interval"),
     not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device",
                   "gradient_checkpointing", "effective_batch"),
@@ -66,7 +66,7 @@ class TrainConfig:
     # I/O
     out_dir: str = "out/fastdllm"
     init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
-    data: str = "data/sft/train.jsonl"  # `python fastdllm_data.py` output, or "toy" (synthetic chats)
+    data: str = "data/sft/train.jsonl"  # `python -m fastdllm.data` output, or "toy" (synthetic chats)
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
     allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
@@ -180,7 +180,7 @@ def micro_step_loss(model, objective: str, x0: torch.Tensor, maskable: torch.Ten
 
 
 # -----------------------------------------------------------------------------
-# data: the same order as train_sudoku.py (run_dir.BatchOrder), each rank a slice of the global batch
+# data: the same order as train_sudoku.py (common.BatchOrder), each rank a slice of the global batch
 
 
 class Batches:
@@ -192,7 +192,7 @@ class Batches:
         if len(rows) < batch_size * world:
             raise ValueError(f"{len(rows)} training rows are fewer than one batch per rank ({batch_size} x {world})")
         self.rows, self.bs, self.rank, self.world = rows, batch_size, rank, world
-        self.order, self.pos = run_dir.BatchOrder(len(rows), seed), 0
+        self.order, self.pos = common.BatchOrder(len(rows), seed), 0
 
     def next(self) -> list:
         batch = self.order.rows(self.pos, self.bs * self.world)[self.rank * self.bs:(self.rank + 1) * self.bs]
@@ -203,7 +203,7 @@ class Batches:
         return {"pos": self.pos}
 
     def load_state_dict(self, s: dict) -> None:
-        if "epoch" in s:  # resume/ of the loader before run_dir.BatchOrder: (epoch, position in this rank's share)
+        if "epoch" in s:  # resume/ of the loader before common.BatchOrder: (epoch, position in this rank's share)
             if self.rank == 0:
                 print("resume: the data position was saved by an older loader; continuing at the same epoch and "
                       "fraction of it in the new order (not the same rows as an uninterrupted run)")
@@ -439,7 +439,7 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
         raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
     if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python -m fastdllm.data` first (or --data=toy)")
     return cfg
 
 
@@ -447,7 +447,7 @@ def load_rows(cfg: TrainConfig, tokenizer, master: bool) -> list:
     try:
         convs = toy_conversations(512, seed=0) if cfg.data == "toy" else read_jsonl(cfg.data)
     except FileNotFoundError:
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python fastdllm_data.py` first (or --data=toy)")
+        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python -m fastdllm.data` first (or --data=toy)")
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     rows = []
@@ -550,9 +550,9 @@ def check_targets(rows: list, mask_id: int) -> None:
 def check_resume(cfg: TrainConfig) -> dict | None:
     """Before any work (master): the resumed run's config from resume/manifest.json, with this run's
     changes checked against RESUME_RULES; None for a resume/ written before manifests (checked once loaded)."""
-    manifest = run_dir.read_manifest(resume_dir(cfg))
+    manifest = common.read_manifest(resume_dir(cfg))
     if manifest is None:
-        print(f"warning: {resume_dir(cfg)} has no {run_dir.MANIFEST} (written before checksums were added); its files "
+        print(f"warning: {resume_dir(cfg)} has no {common.MANIFEST} (written before checksums were added); its files "
               "are not verified", file=sys.stderr)
         return None
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -564,7 +564,7 @@ def check_resume(cfg: TrainConfig) -> dict | None:
 
 def resumed_config(cfg: TrainConfig, saved: dict, step: int) -> dict:
     saved = {RENAMED_KEYS.get(key, key): value for key, value in saved.items()}
-    return run_dir.resume_config(saved, config_to_dict(cfg), config_to_dict(TrainConfig()), step, RESUME_RULES,
+    return common.resume_config(saved, config_to_dict(cfg), config_to_dict(TrainConfig()), step, RESUME_RULES,
                                  cfg.allow_config_change, resume_dir(cfg))
 
 
@@ -573,9 +573,9 @@ def load_resume(run: FastdllmRun) -> int:
     against the manifest's checksums first; returns the step."""
     cfg, manifest = run.cfg, None
     if run.master:
-        manifest = run_dir.read_manifest(run.resume_dir)
+        manifest = common.read_manifest(run.resume_dir)
         if manifest is not None:
-            run_dir.verify_manifest(run.resume_dir, manifest)
+            common.verify_manifest(run.resume_dir, manifest)
     if run.world > 1:
         dist.barrier()  # no rank reads a file before the master has verified it
     step, saved_config = run.backend.load_state(run.resume_dir, run.device)
@@ -593,7 +593,7 @@ def load_resume(run: FastdllmRun) -> int:
         run.buffer.load_state_dict({k: (v.to(run.device) if v is not None else None) for k, v in mine["buffer"].items()})
     if run.master:
         if run.log_path is not None:
-            run_dir.drop_records_after(run.log_path, step)
+            common.drop_records_after(run.log_path, step)
         print(f"resumed from {run.resume_dir} at step {step}")
     return step
 
@@ -659,13 +659,13 @@ def log_step(run: FastdllmRun, step: int, stats: dict, seconds: float, tokens: i
         line += f" | peak {record['peak_gib']:.1f} GiB"
     print(line, flush=True)
     if run.log_path is not None:
-        run_dir.append_record(run.log_path, record)
+        common.append_record(run.log_path, record)
 
 
 def save(run: FastdllmRun, step: int) -> None:
     """out_dir/ckpt-<step>/ in the released layout (written to ckpt-<step>.tmp, then renamed), then
     out_dir/resume/: written to resume.tmp, its manifest (the sha256 of every file) written last, then
-    swapped in (run_dir.swap_in). A kill at any point leaves the previous complete state or the new one."""
+    swapped in (common.swap_in). A kill at any point leaves the previous complete state or the new one."""
     cfg = run.cfg
     state_dict = run.backend.full_state_dict()
     if run.master:
@@ -689,8 +689,8 @@ def save(run: FastdllmRun, step: int) -> None:
     if run.world > 1:
         dist.barrier()  # every rank's files are complete
     if run.master:
-        run_dir.write_manifest(tmp, {"step": step, "world": run.world, "config": run.run_config})
-        run_dir.swap_in(tmp, run.resume_dir)
+        common.write_manifest(tmp, {"step": step, "world": run.world, "config": run.run_config})
+        common.swap_in(tmp, run.resume_dir)
         print(f"saved {cfg.out_dir}/ckpt-{step} and {run.resume_dir}")
     if run.world > 1:
         dist.barrier()
@@ -698,19 +698,19 @@ def save(run: FastdllmRun, step: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(argv)
-    with run_dir.hold(cfg.out_dir, RUN_FILES, cfg.resume, cfg.overwrite, resume_dir(cfg)):
+    with common.hold(cfg.out_dir, RUN_FILES, cfg.resume, cfg.overwrite, resume_dir(cfg)):
         train(cfg)
 
 
 def train(cfg: TrainConfig) -> None:
     """Run (or resume) training in cfg.out_dir, which rank 0 holds locked for every rank."""
-    run_config = check_resume(cfg) if cfg.resume and run_dir.rank() == 0 else None
+    run_config = check_resume(cfg) if cfg.resume and common.rank() == 0 else None
     run = setup(cfg)
     if run_config is not None:
         run.run_config = run_config
     step = load_resume(run) if cfg.resume else 0
     if run.master and cfg.overwrite:
-        run_dir.remove_run_files(cfg.out_dir, RUN_FILES)  # every input has passed its checks
+        common.remove_run_files(cfg.out_dir, RUN_FILES)  # every input has passed its checks
     run.backend.module.train()
     t0, tokens = time.time(), 0
     while step < cfg.max_iters:

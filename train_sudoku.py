@@ -14,7 +14,7 @@ saved), validation by confidence decoding at tau=0.15 every eval_interval steps,
 that hold everything needed to resume bit-exactly on CPU. A run holds out_dir locked, never starts
 afresh over another run (--overwrite=True to replace one), refuses changed hyperparameters on resume
 (--allow_config_change=True to accept and record them) and checks its checkpoint's sha256: the rules
-of run_dir.py, shared with train_fastdllm.py (docs/reliability.md).
+of common.py, shared with train_fastdllm.py (docs/reliability.md).
 """
 import copy
 import json
@@ -34,16 +34,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+import common
+from common import CheckpointError, load_checkpoint, pick_device, save_checkpoint, uses_bf16
 from configurator import ConfigError, config_to_dict, load_config, print_config
-from devices import pick_device, uses_bf16
 from model import ModelConfig, SudokuTransformer
 import relay
-import run_dir
 from relay import RolloutBuffer, draw_taus, mlm_loss, mlm_masking, rollout_loss
-from sudoku_decode import decode_boards, is_legal
-from sudoku import MASK
-import sudoku_data
+from sudoku.decode import decode_boards, is_legal
+from sudoku.board import MASK
+import sudoku.data
 
 OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
 
@@ -155,14 +154,14 @@ def check_ranges(cfg: TrainConfig) -> None:
 
 
 # -----------------------------------------------------------------------------
-# run directory (run_dir.py, shared with train_fastdllm.py): one run per out_dir, held by a lock file
+# run directory (common.py, shared with train_fastdllm.py): one run per out_dir, held by a lock file
 # while it trains, resume rules (docs/reliability.md)
 
 RUN_FILES = ("ckpt.pt", "metrics.jsonl")  # out_dir holds a run when it has one of these
 OVERWRITES = RUN_FILES + ("ckpt.pt.tmp",)  # what overwrite=True deletes
-LOCK_FILE = run_dir.LOCK_FILE
+LOCK_FILE = common.LOCK_FILE
 RESUME_KEYS = ("model", "model_config", "config", "optimizer", "step", "data_pos", "rank_state")
-RESUME_RULES = run_dir.ResumeRules(
+RESUME_RULES = common.ResumeRules(
     may_change=("max_iters", "max_minutes", "eval_interval"),
     not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device", "compile",
                   "wandb_log", "wandb_project", "wandb_run_name"),
@@ -177,8 +176,8 @@ def load_resume(ckpt_path: str) -> dict:
 
 
 def resume_config(resume: dict, cfg: TrainConfig, ckpt_path: str) -> dict:
-    """The checkpoint's run config with this run's accepted changes (run_dir.resume_config)."""
-    return run_dir.resume_config(resume["config"], config_to_dict(cfg), config_to_dict(TrainConfig()), resume["step"],
+    """The checkpoint's run config with this run's accepted changes (common.resume_config)."""
+    return common.resume_config(resume["config"], config_to_dict(cfg), config_to_dict(TrainConfig()), resume["step"],
                                  RESUME_RULES, cfg.allow_config_change, ckpt_path)
 
 
@@ -268,7 +267,7 @@ def check_data(cfg: TrainConfig) -> None:
         say(f"notice: {cfg.data_dir} keeps only the first {key['n_train']:,} hub training puzzles (the paper used all)")
 
     def n_rows(split: str) -> int | None:
-        path = sudoku_data.split_path(cfg.data_dir, split)
+        path = sudoku.data.split_path(cfg.data_dir, split)
         if not os.path.exists(path):
             if paper and not os.path.exists(os.path.join(cfg.data_dir, f"{split}.parquet")):
                 raise SystemExit(f"{path} not found: build the paper's data with `{hub}`")
@@ -293,7 +292,7 @@ def check_data(cfg: TrainConfig) -> None:
 
 def load_split(split: str, data_dir: str) -> types.SimpleNamespace:
     """A prepared split (data_dir/{split}.npy, read in one call): .question / .answer (N, 81) uint8 token arrays."""
-    question, answer = sudoku_data.split_tokens(sudoku_data.load_split(split, data_dir))
+    question, answer = sudoku.data.split_tokens(sudoku.data.load_split(split, data_dir))
     return types.SimpleNamespace(question=question, answer=answer)
 
 
@@ -306,7 +305,7 @@ def as_tensor(a) -> torch.Tensor:
 
 @torch.no_grad()
 def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.Tensor, cfg: TrainConfig) -> dict:
-    """Exact match, legal rate and NFE of confidence decoding at eval_tau (sudoku_decode.decode_boards)."""
+    """Exact match, legal rate and NFE of confidence decoding at eval_tau (sudoku.decode.decode_boards)."""
     pred, nfe, batch_nfe = decode_boards(model, questions.long(), tau=cfg.eval_tau, max_steps=cfg.eval_max_steps,
                                          batch_size=cfg.eval_batch_size, relay_carry=True)
     nfe, batch_nfe = nfe.float(), batch_nfe.float()
@@ -414,7 +413,7 @@ def train(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
     train_data / val_data: objects with .question and .answer (N, 81) token arrays; default:
     prepare_data.load_puzzles from data_dir."""
     check_config(cfg)
-    with run_dir.hold(cfg.out_dir, RUN_FILES, cfg.resume, cfg.overwrite, os.path.join(cfg.out_dir, "ckpt.pt")):
+    with common.hold(cfg.out_dir, RUN_FILES, cfg.resume, cfg.overwrite, os.path.join(cfg.out_dir, "ckpt.pt")):
         return train_locked(cfg, train_data, val_data)
 
 
@@ -439,7 +438,7 @@ class SudokuRun:
     q_all: torch.Tensor
     val_q: torch.Tensor | None
     val_a: torch.Tensor | None
-    order: run_dir.BatchOrder
+    order: common.BatchOrder
     run_config: dict
     ckpt_path: str
     log_path: str
@@ -514,7 +513,7 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
     buffer = RolloutBuffer(local_bs, MASK, cfg.buffer_init) if cfg.objective != "mlm" else None
     run = SudokuRun(cfg=cfg, device=device, rank=rank, world=world, ddp=ddp, model=model, raw_model=model, mcfg=mcfg,
                     optimizer=optimizer, ema=ema, buffer=buffer, gen=gen, loss_fn=None, reduce=None,
-                    x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=run_dir.BatchOrder(len(x0_all), cfg.seed),
+                    x0_all=x0_all, q_all=q_all, val_q=val_q, val_a=val_a, order=common.BatchOrder(len(x0_all), cfg.seed),
                     run_config=run_config, ckpt_path=ckpt_path, log_path=log_path, wandb=None)
     if resume is not None:
         restore(run, resume)
@@ -525,7 +524,7 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
         buffer.allocate(81, device, state_dim=cfg.n_embd if mcfg.relay else None)
     if master:
         if cfg.overwrite:
-            run_dir.remove_run_files(cfg.out_dir, OVERWRITES)
+            common.remove_run_files(cfg.out_dir, OVERWRITES)
         print_config(cfg)
         if use_bf16 and device_type == "cpu" and not cpu_has_fast_bf16():
             print("warning: dtype=bfloat16 on a CPU without avx512_bf16/amx_bf16 is several times slower than "
@@ -598,7 +597,7 @@ def restore(run: SudokuRun, resume: dict) -> None:
     if run.buffer is not None and ranks[run.rank]["buffer"] is not None:
         run.buffer.load_state_dict(to_device(ranks[run.rank]["buffer"], device))
     if run.master:
-        run_dir.drop_records_after(run.log_path, run.step)
+        common.drop_records_after(run.log_path, run.step)
 
 
 def make_loss_fn(cfg: TrainConfig, forward, buffer: RolloutBuffer | None, reduce):
@@ -708,7 +707,7 @@ def save(run: SudokuRun, metrics: dict) -> None:
 
 
 def log(run: SudokuRun, record: dict) -> None:
-    run_dir.append_record(run.log_path, record)
+    common.append_record(run.log_path, record)
     if run.wandb is not None:
         run.wandb.log(record, step=record["step"])
 

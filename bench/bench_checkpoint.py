@@ -12,7 +12,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checkpoint import checksum, load_checkpoint, save_checkpoint  # noqa: E402
+from common import checksum, load_checkpoint, save_checkpoint  # noqa: E402
 from configurator import ConfigError, load_config  # noqa: E402
 from model import SudokuTransformer  # noqa: E402
 from train_sudoku import EMA, TrainConfig, model_config, optimizer_groups  # noqa: E402

@@ -28,9 +28,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configurator import ConfigError, load_config, print_config  # noqa: E402
-from devices import pick_device  # noqa: E402
-from fastdllm_generate import generate  # noqa: E402
-from fastdllm_model import FAST_DLLM_V2_1_5B, FastDLLM, make_tiny_fastdllm  # noqa: E402
+from common import pick_device  # noqa: E402
+from fastdllm.generate import generate  # noqa: E402
+from fastdllm.model import FAST_DLLM_V2_1_5B, FastDLLM, make_tiny_fastdllm  # noqa: E402
 
 
 @dataclass

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sudoku_decode  # noqa: E402
-from devices import pick_device  # noqa: E402
-from model import ModelConfig, SudokuTransformer, load_model  # noqa: E402
-from sudoku import MASK, digits_to_tokens, random_grid  # noqa: E402
+import sudoku.decode  # noqa: E402
+from common import pick_device  # noqa: E402
+from common import load_model  # noqa: E402
+from model import ModelConfig, SudokuTransformer  # noqa: E402
+from sudoku.board import MASK, digits_to_tokens, random_grid  # noqa: E402
 
 
 class Counting(torch.nn.Module):
@@ -87,7 +88,7 @@ def main() -> None:
     questions = questions.long()
 
     counting = Counting(model)
-    sudoku_decode.decode_puzzles(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
+    sudoku.decode.decode_puzzles(counting, questions[: min(64, args.n)], tau=args.tau, batch_size=args.batch_size)  # warm up
     settings = [("carry, early exit", True, True), ("no carry, early exit", False, True),
                 ("carry, run to slowest", True, False), ("no carry, run to slowest", False, False)]
     rows = {}
@@ -98,7 +99,7 @@ def main() -> None:
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            res = sudoku_decode.decode_puzzles(counting, questions, tau=args.tau, batch_size=args.batch_size,
+            res = sudoku.decode.decode_puzzles(counting, questions, tau=args.tau, batch_size=args.batch_size,
                                        relay_carry=carry, early_exit=early)
             if args.device.startswith("cuda"):
                 torch.cuda.synchronize()

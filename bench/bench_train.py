@@ -35,8 +35,8 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import train_sudoku as ts  # noqa: E402
 from configurator import ConfigError, load_config  # noqa: E402
-from devices import uses_bf16  # noqa: E402
-from sudoku import MASK  # noqa: E402
+from common import uses_bf16  # noqa: E402
+from sudoku.board import MASK  # noqa: E402
 
 L, VOCAB = 81, 17  # Sudoku: 81 cells, 17 token ids
 

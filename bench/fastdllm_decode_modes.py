@@ -13,8 +13,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from fastdllm_generate import generate  # noqa: E402
-from fastdllm_model import make_tiny_fastdllm  # noqa: E402
+from fastdllm.generate import generate  # noqa: E402
+from fastdllm.model import make_tiny_fastdllm  # noqa: E402
 
 STOP, N, BATCH, MAX_NEW, TAU = 242, 32, 8, 96, 0.5
 

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 
 from configurator import ConfigError, load_config
-from fastdllm_model import FAST_DLLM_V2_1_5B, HUB_ID, load_fastdllm, make_tiny_fastdllm
+from fastdllm.model import FAST_DLLM_V2_1_5B, HUB_ID, load_fastdllm, make_tiny_fastdllm
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 from train_fastdllm import make_step_fn, sft_loss
 

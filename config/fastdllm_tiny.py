@@ -5,7 +5,7 @@
 # The first DeepSpeed start JIT-compiles a communication op (about 45 s, cached afterwards).
 out_dir = "out/fastdllm_tiny"
 init_from = "tiny"
-data = "toy"  # synthetic chats generated in memory; or a fastdllm_data.py output
+data = "toy"  # synthetic chats generated in memory; or a fastdllm/data.py output
 device = "cpu"
 dtype = "float32"
 gradient_checkpointing = False

@@ -27,10 +27,10 @@ import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sudoku_report  # noqa: E402
+import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
-NAMES = sudoku_report.OBJECTIVE_NAMES
+NAMES = sudoku.report.OBJECTIVE_NAMES
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--eval_puzzles=32", "--batch_size=16",
                "--log_interval=5"]
 SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     marks = [step * i for i in range(1, int(longest // step) + 1)][:8]
     print("\n" + report(curves, marks, axis))
     # colour: objective; line: solid for the cold buffer, dashed for staggered; later seeds dotted
-    styles = {names[o, b, s]: (sudoku_report.OBJECTIVE_COLORS[o],
+    styles = {names[o, b, s]: (sudoku.report.OBJECTIVE_COLORS[o],
                                "--" if b == "staggered" else ("-" if s == seeds[0] else ":")) for o, b, s in plan}
     plot(curves, styles, os.path.join(run_dir, "budget.png"), axis)
     with open(os.path.join(run_dir, "budget.json"), "w") as f:

@@ -24,7 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sudoku_report  # noqa: E402
+import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--eval_interval=0", "--eval_puzzles=32", "--log_interval=10", "--batch_size=16"]
@@ -94,14 +94,14 @@ def main(argv: list[str] | None = None) -> None:
             children.append(child)
             more = (f"+{args.minutes:g} min" if args.minutes is not None
                     else f"+{mlm_iters if is_mlm else args.iters} steps")
-            labels.append(f"{sudoku_report.OBJECTIVE_NAMES[objective]} ({spent} MLM {more})")
+            labels.append(f"{sudoku.report.OBJECTIVE_NAMES[objective]} ({spent} MLM {more})")
     t_train = time.time() - t0
     cohorts = "all,deduction_only" if runs.has_derived_fields(data_dir) else "all"
     results = runs.evaluate(parents + children, [f"MLM parent ({spent})"] * len(parents) + labels, data_dir, args.n,
                             os.path.join(run_dir, "results.json"), os.path.join(run_dir, "pareto.png"), cohorts,
                             shlex.split(args.sample_args))
     with open(os.path.join(run_dir, "table.md"), "w") as f:
-        f.write(sudoku_report.format_table(results["checkpoints"], results["tau"]) + "\n")
+        f.write(sudoku.report.format_table(results["checkpoints"], results["tau"]) + "\n")
     print(f"\ntraining {t_train / 60:.1f} min, total {(time.time() - t0) / 60:.1f} min; "
           f"wrote {run_dir}/results.json, table.md, pareto.png")
 

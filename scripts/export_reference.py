@@ -3,7 +3,7 @@
     python scripts/export_reference.py --ckpt=runs/budget_clean/relay_cold_s1 --out=reference/relay.safetensors
 
 Writes only what decoding needs: the EMA weights (fp32, what the run's own validation used), the
-model config, the run's config and the step it stopped at. model.load_model reads the file like a
+model config, the run's config and the step it stopped at. common.load_model reads the file like a
 run directory, so sample.py --ckpt=reference/relay.safetensors works too.
 """
 import argparse
@@ -12,8 +12,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from model import model_from_checkpoint, save_weights  # noqa: E402
+from common import CheckpointError, load_checkpoint  # noqa: E402
+from common import save_weights  # noqa: E402
+from model import model_from_checkpoint  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

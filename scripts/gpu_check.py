@@ -130,7 +130,7 @@ def plan(smoke: bool, work: str) -> list[Part]:
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
         Part("reference_models", "The reference models decoded on the device, fp32 and bf16",
              # smoke: one model, as its 30 s limit was set for (the GPU compares all four)
-             lambda: [[PY, "tests/test_reference_models.py", "--compare", f"--device={dev}",
+             lambda: [[PY, "tests/test_pin_reference_models.py", "--compare", f"--device={dev}",
                        *(["relay"] if smoke else [])]], 180, 30,
              r"\| relay \| independent_grids"),
         Part("train_speed", "Table 1 training step, eager", bench_train(), 300, 90, r"\| relay \|", keep=BENCH),

@@ -20,8 +20,8 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import frontier  # noqa: E402
-import sudoku_report  # noqa: E402
+import sudoku.frontier  # noqa: E402
+import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
 TAUS = (0.01, 0.02, 0.05, 0.10, 0.15, 0.25)  # the paper's sweep, widened below: hard puzzles need more passes
@@ -74,9 +74,9 @@ def evaluate(run: str, name: str, sample_args: list[str], out_dir: str, taus: tu
     return next(iter(entry.values()))
 
 
-def curve(results: dict) -> list[frontier.Point]:
+def curve(results: dict) -> list[sudoku.frontier.Point]:
     """The τ sweep as frontier points, NFE per puzzle at batch 1 (Table 1's count)."""
-    return [frontier.Point(nfe=m.get("batch1_nfe", m["mean_nfe"]), acc=m["exact_match"], n=m["n"])
+    return [sudoku.frontier.Point(nfe=m.get("batch1_nfe", m["mean_nfe"]), acc=m["exact_match"], n=m["n"])
             for m in results.values()]
 
 
@@ -87,10 +87,10 @@ def table(results: dict[str, dict[str, list[dict]]], tau: float) -> str:
     lines = ["| puzzles | objective | seeds | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (3 + len(cols))]
     for name, by_objective in results.items():
         for objective, seeds in by_objective.items():
-            at = [s[sudoku_report.tau_key(tau)] for s in seeds]
+            at = [s[sudoku.report.tau_key(tau)] for s in seeds]
             n = at[0]["n"]
-            cells = [sudoku_report._fmt([m[key] for m in at], scale, 1 if scale == 100 else 2) for key, scale, _ in cols]
-            lines.append(f"| {name} (n = {n}) | {sudoku_report.OBJECTIVE_NAMES[objective]} | {len(seeds)} | "
+            cells = [sudoku.report._fmt([m[key] for m in at], scale, 1 if scale == 100 else 2) for key, scale, _ in cols]
+            lines.append(f"| {name} (n = {n}) | {sudoku.report.OBJECTIVE_NAMES[objective]} | {len(seeds)} | "
                          + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -100,7 +100,7 @@ def matched(results: dict[str, dict[str, list[dict]]], k: int = 4) -> str:
     lines = []
     for name, by_objective in results.items():
         seeds = {o: [curve(s) for s in runs_of] for o, runs_of in by_objective.items()}
-        budgets = frontier.even_budgets([c for cs in seeds.values() for c in cs], k)
+        budgets = sudoku.frontier.even_budgets([c for cs in seeds.values() for c in cs], k)
         if not budgets:
             lines.append(f"\n{name}: the curves share no NFE range")
             continue
@@ -110,18 +110,18 @@ def matched(results: dict[str, dict[str, list[dict]]], k: int = 4) -> str:
         for objective, cs in seeds.items():
             cells = []
             for b in budgets:
-                v = frontier.across_seeds(cs, b)
+                v = sudoku.frontier.across_seeds(cs, b)
                 cells.append("outside" if v is None else f"{100 * v[0]:.1f} ± {100 * v[1]:.1f}")
-            lines.append(f"| {sudoku_report.OBJECTIVE_NAMES[objective]} ({len(cs)}) | " + " | ".join(cells) + " |")
+            lines.append(f"| {sudoku.report.OBJECTIVE_NAMES[objective]} ({len(cs)}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot(results: dict[str, dict[str, list[dict]]], path: str) -> None:
-    colors = {sudoku_report.OBJECTIVE_NAMES[o]: c for o, c in sudoku_report.OBJECTIVE_COLORS.items()}
-    panels = {name: {sudoku_report.OBJECTIVE_NAMES[o]: [curve(s) for s in seeds] for o, seeds in by_objective.items()}
+    colors = {sudoku.report.OBJECTIVE_NAMES[o]: c for o, c in sudoku.report.OBJECTIVE_COLORS.items()}
+    panels = {name: {sudoku.report.OBJECTIVE_NAMES[o]: [curve(s) for s in seeds] for o, seeds in by_objective.items()}
               for name, by_objective in results.items()}
     taus = ", ".join(f"{t:g}" for t in TAUS)
-    frontier.plot_panels(panels, colors, f"exact match against NFE per puzzle over τ ∈ {{{taus}}}", path)
+    sudoku.frontier.plot_panels(panels, colors, f"exact match against NFE per puzzle over τ ∈ {{{taus}}}", path)
 
 
 def main(argv: list[str] | None = None) -> None:

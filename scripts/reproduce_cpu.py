@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sudoku_report  # noqa: E402
+import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--max_iters=20", "--eval_interval=0", "--eval_puzzles=32", "--log_interval=10", "--batch_size=16"]
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     cohorts = "all,deduction_only" if runs.has_derived_fields(data_dir) else "all"
     results = runs.evaluate(ckpts, None, data_dir, args.n, os.path.join(run_dir, "results.json"),
                             os.path.join(run_dir, "pareto.png"), cohorts, shlex.split(args.sample_args))
-    table = sudoku_report.format_table(results["checkpoints"], results["tau"])
+    table = sudoku.report.format_table(results["checkpoints"], results["tau"])
     with open(os.path.join(run_dir, "table.md"), "w") as f:
         f.write(table + "\n")
     print(f"\ndata + training {t_train / 60:.1f} min, total {(time.time() - t0) / 60:.1f} min; "

@@ -162,7 +162,7 @@ def evaluate(ckpts: list[str], labels: list[str] | None, data_dir: str, n: int, 
 
 def checkpoint_step(run_dir: str) -> int:
     """The step a finished train_sudoku.py run saved its checkpoint at."""
-    from checkpoint import CheckpointError, load_checkpoint
+    from common import CheckpointError, load_checkpoint
     try:
         return int(load_checkpoint(os.path.join(run_dir, "ckpt.pt"), required=("step",))["step"])
     except CheckpointError as e:

@@ -3,7 +3,7 @@
     python scripts/transfer_check.py --ckpt=runs/budget_clean/mlm_s1,runs/budget_clean/relay_cold_s1 --n=1000
 
 For each of the first --n puzzles of the test split, a twin is built with the same number of clues
-and the same removal procedure (`sudoku.remove_clues`: random-order removal while the solution stays
+and the same removal procedure (`sudoku.board.remove_clues`: random-order removal while the solution stays
 unique) on a grid from an independently written sampler (scripts/independent_grids.py). Each model
 decodes both sets at --tau; exact match is reported per clue-count bucket. A model that learned
 Sudoku scores the same on both (within noise); a model that learned its generator's habits does not.
@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sudoku  # noqa: E402
+import sudoku.board  # noqa: E402
 from scripts.independent_grids import independent_grid  # noqa: E402
 
 BUCKETS = ((17, 23), (24, 27), (28, 31), (32, 35), (36, 39), (40, 81))
@@ -26,14 +26,14 @@ BUCKETS = ((17, 23), (24, 27), (28, 31), (32, 35), (36, 39), (40, 81))
 
 def independent_twins(questions: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(N, 81) token boards -> (puzzles, solutions) as token ids, one twin per board with its clue count."""
-    n_clues = (questions != sudoku.MASK).sum(1)
+    n_clues = (questions != sudoku.board.MASK).sum(1)
     puzzles, solutions = [], []
     for i, k in enumerate(tqdm(n_clues.tolist(), desc="independent puzzles", disable=None, leave=False)):
         rng = np.random.default_rng([seed, i])
         grid = independent_grid(rng)
-        puzzles.append(sudoku.remove_clues(rng, grid, int(k)))
+        puzzles.append(sudoku.board.remove_clues(rng, grid, int(k)))
         solutions.append(grid)
-    return sudoku.digits_to_tokens(np.stack(puzzles)), sudoku.digits_to_tokens(np.stack(solutions))
+    return sudoku.board.digits_to_tokens(np.stack(puzzles)), sudoku.board.digits_to_tokens(np.stack(solutions))
 
 
 def bucket_name(lo: int, hi: int) -> str:
@@ -42,7 +42,7 @@ def bucket_name(lo: int, hi: int) -> str:
 
 def exact_by_bucket(questions: np.ndarray, answers: np.ndarray, pred: np.ndarray) -> dict[str, dict]:
     """{bucket: {"exact": fraction, "n": count}} by clue count, plus "all"."""
-    n_clues = (questions != sudoku.MASK).sum(1)
+    n_clues = (questions != sudoku.board.MASK).sum(1)
     right = (pred == answers).all(1)
     out = {}
     for lo, hi in BUCKETS:
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--out {args.out}: its directory does not exist")
 
     import sample
-    import sudoku_decode
+    import sudoku.decode
     from prepare_data import load_puzzles
     try:
         own = load_puzzles("test", data_dir=args.data_dir)
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     for label, (path, model, _) in zip(labels, sample.load_checkpoints(",".join(ckpts), "cpu", ema=True)):
         results[label] = {}
         for which, (q, a) in sets.items():
-            res = sudoku_decode.decode_puzzles(model, torch.as_tensor(q), tau=args.tau, batch_size=args.batch_size, progress=True)
+            res = sudoku.decode.decode_puzzles(model, torch.as_tensor(q), tau=args.tau, batch_size=args.batch_size, progress=True)
             results[label][which] = exact_by_bucket(q, a, res.pred.numpy())
         print(f"{label}: own {100 * results[label]['own test split']['all']['exact']:.1f}%, independent "
               f"{100 * results[label]['independent grids']['all']['exact']:.1f}%", flush=True)

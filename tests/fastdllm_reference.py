@@ -1,9 +1,9 @@
 """A deliberately plain transcription of the authors' batched Fast-dLLM v2 decoding (the procedure behind
-paper Table 2), used as a test oracle for fastdllm_generate.generate(decode="authors").
+paper Table 2), used as a test oracle for fastdllm.generate.generate(decode="authors").
 
 No KV cache (every forward recomputes the whole sequence with the block-causal mask), one loop per
 block / sub-block / forward, Python lists for the bookkeeping. Written from docs/fastdllm.md, not from
-fastdllm_generate.py. What it does, step by step:
+fastdllm/generate.py. What it does, step by step:
   - prompts are right-padded with MASK to the longest one; decoding runs
     max_new_tokens // bs + longest_prompt // bs blocks for the whole batch, from block shortest // bs;
   - if the shortest prompt fills whole blocks (and at least one), the rows of that length take their
@@ -23,7 +23,7 @@ its NFE and whether it finished.
 """
 import torch
 
-from fastdllm_model import block_causal_mask
+from fastdllm.model import block_causal_mask
 
 
 def _shift(t: torch.Tensor) -> torch.Tensor:
@@ -111,7 +111,7 @@ def reference_decode(model, prompts: list[list[int]], max_new_tokens: int, thres
 
 def _doubled(model, z, x0, relay, bd):
     """Logits and h_s of the x_t half of [z || x0]: the training mask, RoPE positions 0..L-1 in both halves."""
-    from fastdllm_model import bd_training_mask
+    from fastdllm.model import bd_training_mask
     L = z.shape[1]
     out = model(torch.cat([z, x0], 1), relay_h=relay, attention_mask=bd_training_mask(L, bd),
                 position_ids=torch.arange(L).repeat(2)[None])

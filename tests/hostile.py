@@ -7,7 +7,7 @@ prints {"auto": what --sandbox=auto picks, "modes": {mode: {case: {"passed", "co
 
 Each hostile program is paired with a wrong `add`, so a pass can only be forged; "contained" says the
 side effect it tries (a file written outside, a byte sent to the harness, a process left alive, the
-harness's secret read, the harness killed) did not happen. Only stdlib, sandbox.py and fastdllm_judge.py:
+harness's secret read, the harness killed) did not happen. Only stdlib, fastdllm/sandbox.py and fastdllm/judge.py:
 it must run in a bare virtual environment. The harness's environment must hold RELAY_HOSTILE_SECRET (the test sets it).
 """
 import json
@@ -19,8 +19,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import fastdllm_judge  # noqa: E402
-import sandbox  # noqa: E402
+import fastdllm.judge  # noqa: E402
+import fastdllm.sandbox  # noqa: E402
 
 TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 7) == 12\n"
 WRONG = "def add(x, y):\n    return x - y\n"
@@ -79,7 +79,7 @@ def run(modes: list[str]) -> dict[str, dict[str, dict]]:
             server.listen(8)
             server.setblocking(False)
             programs = _programs(os.path.join(scratch, mode), server.getsockname()[1], tok + str(len(verdicts)), secret)
-            verdicts[mode] = {case: fastdllm_judge.judge_program(f"{code}\n{TEST}\ncheck(add)\n", 10.0, 1.0, mode)["passed"]
+            verdicts[mode] = {case: fastdllm.judge.judge_program(f"{code}\n{TEST}\ncheck(add)\n", 10.0, 1.0, mode)["passed"]
                               for case, code in programs.items()}
         time.sleep(1.5)  # the setsid grandchildren would have written by now
         return {mode: _side_effects(verdicts[mode], os.path.join(scratch, mode), servers[mode], tok + str(k))
@@ -103,7 +103,7 @@ def _side_effects(verdicts: dict[str, bool], scratch: str, server: socket.socket
 
 if __name__ == "__main__":
     try:
-        auto = sandbox.choose_mode("auto").mode
+        auto = fastdllm.sandbox.choose_mode("auto").mode
     except ValueError as e:
         auto = str(e)
     print(json.dumps({"auto": auto, "modes": run(sys.argv[1:])}))

@@ -12,7 +12,7 @@ import torch
 
 import train_sudoku as ts
 from configurator import load_config
-from test_train_sudoku import TINY, TRAIN, VAL
+from helpers import TINY, TRAIN, VAL
 
 
 def cfg(*args):

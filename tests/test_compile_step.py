@@ -15,7 +15,7 @@ from torch._dynamo.utils import counters
 import relay
 import train_sudoku as ts
 from model import ModelConfig, SudokuTransformer
-from sudoku import MASK
+from sudoku.board import MASK
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, d_ff=64, batch_size=16, dropout=0.0, eval_puzzles=0,
             dtype="float32", warmup_iters=1, learning_rate=3e-3)

@@ -16,17 +16,17 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import eval_code
-import fastdllm_judge
-import sandbox
+import fastdllm.judge
+import fastdllm.sandbox
 from eval_code import batches, load_problems, make_prompt, sanitize, to_solution, to_solution_authors
-from fastdllm_judge import judge_solutions, plus_columns
+from fastdllm.judge import judge_solutions, plus_columns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _scoring_mode() -> str:
     try:
-        return sandbox.choose_mode("auto").mode
+        return fastdllm.sandbox.choose_mode("auto").mode
     except ValueError:
         return "unsafe"
 
@@ -149,7 +149,7 @@ def test_to_solution_cuts_at_the_fence_and_completes_a_bare_body():
 
 
 def test_prompt_is_the_evalplus_instruct_prompt():
-    from fastdllm_model import make_tiny_tokenizer
+    from fastdllm.model import make_tiny_tokenizer
     task = "def f(x):\n    \"\"\"Return x.\"\"\"\n"
     prompt = make_prompt(task, make_tiny_tokenizer())
     assert prompt.startswith("<|im_start|>system\n")
@@ -258,24 +258,24 @@ def test_killed_generation_resumes_with_the_recorded_batch_plan(tmp_path, monkey
     as an uninterrupted run. Checked: fails if generate_all recomputes the plan on resume (batch 2
     gets other tasks), if done batches are decoded again (4 calls instead of 1), or if a torn last
     line stops the resume."""
-    import fastdllm_generate
+    import fastdllm.generate
     full, cut = tmp_path / "full", tmp_path / "cut"
     eval_code.main(TINY + [f"--out_dir={full}"])
-    real, calls = fastdllm_generate.generate, []
+    real, calls = fastdllm.generate.generate, []
 
     def dies_at_third_batch(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
             raise Killed()
         return real(*args, **kwargs)
-    monkeypatch.setattr(fastdllm_generate, "generate", dies_at_third_batch)
+    monkeypatch.setattr(fastdllm.generate, "generate", dies_at_third_batch)
     with pytest.raises(Killed):
         eval_code.main(TINY + [f"--out_dir={cut}"])
     assert len(_rows(cut / "samples.jsonl")) == 4 and not (cut / "judged.jsonl").exists()
     with open(cut / "samples.jsonl", "a") as f:
         f.write('{"task_id": "HumanEval/9", "compl')  # a SIGKILL in the middle of a write
     calls.clear()
-    monkeypatch.setattr(fastdllm_generate, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(fastdllm.generate, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(eval_code, "batches", lambda prompts, ids, bs, decode: [[i] for i in reversed(range(len(ids)))])
     summary = eval_code.main(TINY + [f"--out_dir={cut}"])
     assert len(calls) == 1
@@ -421,8 +421,8 @@ def test_pass_at_1_columns_on_hand_made_verdicts(tmp_path, monkeypatch):
     (60 != 20) or plus inputs alone (40 != 20), if pass1_plus_authors requires base too (20 != 40), and
     if main computes pass1_base from plus_inputs (40 != 60)."""
     rows = [{"base": b, "plus_inputs": p, "plus": b and p} for b, p in VERDICTS]
-    assert fastdllm_judge.pass_at_1(rows, has_plus=True) == COLUMNS
-    assert fastdllm_judge.pass_at_1(rows, has_plus=False) == dict(pass1_base=60.0, pass1_plus_evalplus=None, pass1_plus_authors=None)
+    assert fastdllm.judge.pass_at_1(rows, has_plus=True) == COLUMNS
+    assert fastdllm.judge.pass_at_1(rows, has_plus=False) == dict(pass1_base=60.0, pass1_plus_evalplus=None, pass1_plus_authors=None)
     data = tmp_path / "plus.jsonl"
     data.write_text("".join(json.dumps(dict(task_id=f"T/{i}", prompt="", entry_point="f", canonical_solution="",
                                             base_input=[], plus_input=[])) + "\n" for i in range(5)))
@@ -430,7 +430,7 @@ def test_pass_at_1_columns_on_hand_made_verdicts(tmp_path, monkeypatch):
     def fake_score(problems, solutions, has_plus, on_result=None, **kwargs):
         for i, row in enumerate(rows[:len(problems)]):
             on_result(i, dict(row, error=""))
-    monkeypatch.setattr(fastdllm_judge, "judge_solutions", fake_score)
+    monkeypatch.setattr(fastdllm.judge, "judge_solutions", fake_score)
     summary = eval_code.main(["--canonical=True", f"--data_path={data}", f"--out_dir={tmp_path}/out", SANDBOX])
     assert {k: summary[k] for k in COLUMNS} == COLUMNS
     assert {k: v for k, v in json.load(open(tmp_path / "out" / "results.json")).items() if k in COLUMNS} == COLUMNS
@@ -444,15 +444,15 @@ def test_the_command_says_why_a_stronger_sandbox_is_not_used(tmp_path, monkeypat
     samples = tmp_path / "s.jsonl"
     samples.write_text(json.dumps({"task_id": "HumanEval/0", "solution": "x = 1\n"}) + "\n")
     args = [f"--samples={samples}", "--limit=1"]
-    monkeypatch.setattr(fastdllm_judge, "judge_task", lambda *a, **k: {"base": False, "plus": None, "plus_inputs": None, "error": "x"})
-    monkeypatch.setattr(sandbox, "mode_problem", lambda m: "" if m == "namespaces" else f"{m} broken for this test")
+    monkeypatch.setattr(fastdllm.judge, "judge_task", lambda *a, **k: {"base": False, "plus": None, "plus_inputs": None, "error": "x"})
+    monkeypatch.setattr(fastdllm.sandbox, "mode_problem", lambda m: "" if m == "namespaces" else f"{m} broken for this test")
     eval_code.main(args + [f"--out_dir={tmp_path}/a"])
     out = capsys.readouterr().out.splitlines()
-    assert f"sandbox: {sandbox.describe_mode('namespaces')}" in out and "sandbox: bwrap not used: bwrap broken for this test" in out
-    monkeypatch.setattr(sandbox, "mode_problem", lambda m: f"{m} broken for this test")
+    assert f"sandbox: {fastdllm.sandbox.describe_mode('namespaces')}" in out and "sandbox: bwrap not used: bwrap broken for this test" in out
+    monkeypatch.setattr(fastdllm.sandbox, "mode_problem", lambda m: f"{m} broken for this test")
     with pytest.raises(SystemExit) as e:
         eval_code.main(args + [f"--out_dir={tmp_path}/b"])
     assert "\n" not in str(e.value) and "--sandbox=unsafe" in str(e.value) and "namespaces broken" in str(e.value)
     assert not (tmp_path / "b").exists()
     summary = eval_code.main(args + [f"--out_dir={tmp_path}/c", "--sandbox=unsafe"])
-    assert summary["sandbox"] == "unsafe" and f"sandbox: {sandbox.describe_mode('unsafe')}" in capsys.readouterr().out
+    assert summary["sandbox"] == "unsafe" and f"sandbox: {fastdllm.sandbox.describe_mode('unsafe')}" in capsys.readouterr().out

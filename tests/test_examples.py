@@ -65,7 +65,7 @@ assert exact > 0.5, exact
 def test_relay_py_alone_trains_and_decodes_a_torch_model_that_is_not_ours(tmp_path):
     """relay.py copied alone, with PYTHONPATH cleared and cwd an empty folder: a torch.nn.Transformer
     MDM passes check_step_fn, trains with rollout_loss and decodes with decode. Checked: fails when
-    relay.py imports a project module (e.g. `from sudoku import MASK`), and when the relay variant's
+    relay.py imports a project module (e.g. `from sudoku.board import MASK`), and when the relay variant's
     loss does not reach the model (loss_k.detach() in rollout_loss)."""
     shutil.copy(os.path.join(ROOT, "relay.py"), tmp_path / "relay.py")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}

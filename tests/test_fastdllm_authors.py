@@ -12,10 +12,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from fastdllm_generate import generate
-from fastdllm_model import FastDLLM
+from fastdllm.generate import generate
+from fastdllm.model import FastDLLM
 from fastdllm_reference import reference_decode
-from test_fastdllm_generate import STOP, Scripted
+from helpers import BLOCK_STOP, ScriptedBlockModel
 
 STOP_ID = 242  # a byte the random model emits now and then: a stand-in for <|im_end|>
 PROMPTS = ("Write a function that adds two numbers a and b.",
@@ -169,15 +169,15 @@ def test_sub_block_cache_partial_forwards_exact_for_one_layer(device):
 
 
 def test_stop_from_the_cache_update_forward_does_not_finish(device):
-    """Scripted stand-in (block 8, sub-block 4): the stop token sits at position 24, a block start, so the
+    """ScriptedBlockModel stand-in (block 8, sub-block 4): the stop token sits at position 24, a block start, so the
     cache-update forward chooses it. The row must go on (NFE counting) to the block limit
     (40 // 8 + 3 // 8 = 5 blocks), keep the stop token inside its answer and the next block's first token
     (41 - 3 = 38 tokens). Fails if the AR stop finishes the row (batch_invariant stops at 21 tokens)."""
-    model = Scripted(stop_at=24).to(device)  # generate() decodes on its device, the reference on the CPU
+    model = ScriptedBlockModel(stop_at=24).to(device)  # generate() decodes on its device, the reference on the CPU
     out = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8)
-    tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, STOP, -1, sub_block_size=4)
+    tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, BLOCK_STOP, -1, sub_block_size=4)
     assert out.stopped == [False] == finished
-    assert len(out.tokens[0]) == 41 - 3 and out.tokens[0][24 - 3] == STOP
+    assert len(out.tokens[0]) == 41 - 3 and out.tokens[0][24 - 3] == BLOCK_STOP
     assert out.tokens == tails and out.nfe == nfe
     early = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8,
                      decode="batch_invariant")
@@ -185,18 +185,18 @@ def test_stop_from_the_cache_update_forward_does_not_finish(device):
 
 
 def test_committed_stop_finishes_and_nfe_stops_counting(device):
-    """Scripted stop at position 21 (mid-block, committed by the threshold rule): the row finishes there;
+    """ScriptedBlockModel stop at position 21 (mid-block, committed by the threshold rule): the row finishes there;
     the forwards that finish its block are not counted. By hand: positions 3..21 are decoded with
     threshold 0.85 in sub-blocks of 4; the forward that commits 21 is the last counted one."""
-    model = Scripted(stop_at=21).to(device)
+    model = ScriptedBlockModel(stop_at=21).to(device)
     out = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8, trace=True)
-    tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, STOP, -1, sub_block_size=4)
+    tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, BLOCK_STOP, -1, sub_block_size=4)
     assert out.stopped == [True] == finished and out.nfe == nfe
     assert len(out.tokens[0]) == 21 - 3
     assert out.forwards > out.nfe[0]  # the rest of the stop's block was decoded without being counted
 
 
-class TwoStops(Scripted):
+class TwoStops(ScriptedBlockModel):
     """The scripted stand-in with a second, confident stop token at position 29 (committed by the threshold
     rule) after the autoregressive one at 24."""
 
@@ -205,7 +205,7 @@ class TwoStops(Scripted):
         for k, q in enumerate(position_ids[0].tolist()):
             if q + 1 == 29:
                 out.logits[:, k] = torch.full((out.logits.shape[-1],), -10.0, device=input_ids.device).index_fill(
-                    0, torch.tensor([STOP], device=input_ids.device), 10.0)
+                    0, torch.tensor([BLOCK_STOP], device=input_ids.device), 10.0)
         return out
 
 
@@ -215,6 +215,6 @@ def test_answer_ends_at_the_first_stop_even_if_chosen_autoregressively(device):
     cut at the stop that finished the row (26 tokens)."""
     model = TwoStops(stop_at=24).to(device)
     out = generate(model, [[5] * 3], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8)
-    tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, STOP, -1, sub_block_size=4)
+    tails, nfe, finished = reference_decode(model, [[5] * 3], 40, 0.85, BLOCK_STOP, -1, sub_block_size=4)
     assert out.stopped == [True] == finished and out.nfe == nfe
     assert len(out.tokens[0]) == 21 and out.tokens[0] == tails[0][:21]

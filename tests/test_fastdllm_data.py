@@ -1,11 +1,11 @@
-"""fastdllm_data.py: the c40m60 filters on rows written here, ChatML supervision, padding, CLI."""
+"""fastdllm/data.py: the c40m60 filters on rows written here, ChatML supervision, padding, CLI."""
 import json
 
 import pytest
 
-from fastdllm_data import (build_mixture, collate, filter_code_row, filter_math_row, main, prompt_key, read_jsonl,
+from fastdllm.data import (build_mixture, collate, filter_code_row, filter_math_row, main, prompt_key, read_jsonl,
                            tokenize_conversation, to_messages)
-from fastdllm_model import make_tiny_tokenizer
+from fastdllm.model import make_tiny_tokenizer
 
 GOOD_CODE = {"input": "Write a function that doubles x.", "output": "def double(x):\n    return 2 * x",
              "unit_tests": "['assert double(2) == 4', 'assert double(0) == 0']", "average_test_score": "1.0",

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fastdllm_generate import generate, sample_tokens, unmask_rule
-from fastdllm_model import make_tiny_fastdllm, make_tiny_tokenizer
+from fastdllm.generate import generate, sample_tokens, unmask_rule
+from fastdllm.model import make_tiny_fastdllm, make_tiny_tokenizer
+from helpers import BLOCK_STOP, ScriptedBlockModel, block_script
 
 THRESHOLD = 0.5  # low enough that the random model often commits several tokens per forward
 
@@ -126,39 +127,7 @@ def test_max_new_tokens_and_no_mask_left(tiny, device):
 
 
 # -----------------------------------------------------------------------------
-# scripted stand-in model: the logit at position q predicts token q+1 with a fixed confidence
-
-
-V, MASK, STOP = 16, 0, 1
-
-
-def script(j: int, stop_at: int) -> tuple[int, float]:
-    """Token and confidence the stand-in gives to absolute position j."""
-    if j == stop_at:
-        return STOP, 0.4
-    return 2 + j % 11, 0.95 if j % 3 == 0 else 0.2 + 0.01 * (j % 7)
-
-
-class Scripted(torch.nn.Module):
-    def __init__(self, stop_at: int = -1):
-        super().__init__()
-        self.config = SimpleNamespace(bd_size=8, mask_token_id=MASK, eos_token_id=STOP, num_hidden_layers=1)
-        self.relay_layer_norm = None
-        self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.stop_at = stop_at
-        self.calls = []
-
-    def forward(self, input_ids, relay_h=None, attention_mask=None, position_ids=None, past_key_values=None):
-        pos = position_ids[0].tolist()
-        self.calls.append((input_ids.shape[0], pos[0], len(pos)))
-        logits = torch.full((input_ids.shape[0], len(pos), V), 0.0, device=input_ids.device)
-        for k, q in enumerate(pos):
-            tok, conf = script(q + 1, self.stop_at)
-            # softmax(log p) = p: conf on tok, the rest spread evenly
-            p = torch.full((V,), (1 - conf) / (V - 1), device=input_ids.device)
-            p[tok] = conf
-            logits[:, k] = p.log()
-        return SimpleNamespace(logits=logits, hidden=torch.zeros(input_ids.shape[0], len(pos), 4, device=input_ids.device))
+# scripted stand-in model (helpers.ScriptedBlockModel): the logit at position q predicts token q+1 with a fixed confidence
 
 
 def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int = -1):
@@ -172,13 +141,13 @@ def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int
             while todo:
                 if not stopped:
                     nfe += 1
-                conf = {j: script(j, stop_at)[1] for j in todo}
+                conf = {j: block_script(j, stop_at)[1] for j in todo}
                 best = max(todo, key=lambda j: (conf[j], -j))
                 done = [j for j in todo if conf[j] > tau or j == best]
                 stopped = stopped or stop_at in done
                 todo = [j for j in todo if j not in done]
         for j in range(max(b, plen), b + bs):
-            toks[j] = script(j, stop_at)[0]
+            toks[j] = block_script(j, stop_at)[0]
         if stopped or last < b + bs:
             break
         b += bs
@@ -189,7 +158,7 @@ def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int
 
 @pytest.mark.parametrize("plen,max_new", [(3, 20), (8, 17), (13, 1), (16, 30)])
 def test_nfe_accounting_scripted(plen, max_new, device):
-    model = Scripted().to(device)
+    model = ScriptedBlockModel().to(device)
     out = generate(model, [[5] * plen], max_new_tokens=max_new, threshold=0.85, sub_block_size=4, block_size=8,
                    decode="batch_invariant")
     nfe, toks, stopped = expected(plen, max_new, 8, 4, 0.85)
@@ -198,20 +167,20 @@ def test_nfe_accounting_scripted(plen, max_new, device):
 
 def test_stop_token_scripted(device):
     # row 0 (prompt 3) reaches the stop at position 21; row 1 (prompt 25) starts after it and runs on
-    model = Scripted(stop_at=21).to(device)
+    model = ScriptedBlockModel(stop_at=21).to(device)
     out = generate(model, [[5] * 3, [5] * 25], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8,
                    trace=True, decode="batch_invariant")
     for r, plen in enumerate((3, 25)):
         nfe, toks, stopped = expected(plen, 40, 8, 4, 0.85, stop_at=21)
         assert out.nfe[r] == nfe and out.tokens[r] == toks and out.stopped[r] == stopped
-    assert out.stopped == [True, False] and len(out.tokens[0]) == 21 - 3 and STOP not in out.tokens[0]
+    assert out.stopped == [True, False] and len(out.tokens[0]) == 21 - 3 and BLOCK_STOP not in out.tokens[0]
     # the finished row left the batch after its block (16..23): later forwards run one row
     assert all(t["rows"] == [1] for t in out.trace if t["block"] >= 24)
     assert all(t["rows"] == [0, 1] for t in out.trace if t["block"] < 24)
 
 
 def test_prefill_and_cache_updates_are_not_counted():
-    model = Scripted()
+    model = ScriptedBlockModel()
     out = generate(model, [[5] * 16], max_new_tokens=16, threshold=0.85, sub_block_size=4, block_size=8,
                    decode="batch_invariant")
     sizes = [n for _, _, n in model.calls]
@@ -280,9 +249,9 @@ def test_a_generator_on_another_device_is_a_clear_error(tiny, device):
 
 
 def test_command_line_on_the_tiny_model(capsys):
-    import fastdllm_chat
-    answer = fastdllm_chat.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
+    import fastdllm.chat
+    answer = fastdllm.chat.main(["--model=tiny", "--max_new_tokens=32", "--relay_carry=True", "--prompt=hi"])
     printed = capsys.readouterr().out
     assert answer in printed and "NFE" in printed
     with pytest.raises(SystemExit, match="does not exist"):
-        fastdllm_chat.main(["--model=/nonexistent/checkpoint"])
+        fastdllm.chat.main(["--model=/nonexistent/checkpoint"])

@@ -1,4 +1,4 @@
-"""fastdllm_model.py: masks, token shift, relay injection, checkpoints (tiny random Qwen2, no hub)."""
+"""fastdllm/model.py: masks, token shift, relay injection, checkpoints (tiny random Qwen2, no hub)."""
 import json
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import Qwen2ForCausalLM
 
-from fastdllm_model import (bd_training_mask, block_causal_mask, load_fastdllm, make_tiny_fastdllm,
+from fastdllm.model import (bd_training_mask, block_causal_mask, load_fastdllm, make_tiny_fastdllm,
                             make_tiny_tokenizer, save_fastdllm, shift_hidden, shift_logits)
 
 

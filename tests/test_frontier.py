@@ -1,4 +1,4 @@
-"""Accuracy at matched NFE (frontier.py), against values computed by hand.
+"""Accuracy at matched NFE (sudoku/frontier.py), against values computed by hand.
 
 Planted bugs each test was seen to catch: the interpolation weight taken from the wrong end
 (acc 0.5 instead of 0.3 at NFE 12.5); a budget past the last point answered with the last point's
@@ -6,7 +6,7 @@ accuracy (extrapolation); the difference row as first minus second.
 """
 import math
 
-import frontier as F
+import sudoku.frontier as F
 
 MLM = [F.Point(nfe=20.0, acc=0.60, n=100), F.Point(nfe=10.0, acc=0.20, n=100)]  # deliberately out of NFE order
 RELAY = [F.Point(nfe=8.0, acc=0.30, n=400), F.Point(nfe=16.0, acc=0.70, n=400), F.Point(nfe=24.0, acc=0.80, n=400)]

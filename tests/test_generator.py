@@ -2,12 +2,12 @@
 import numpy as np
 import torch
 
-import sudoku
+import sudoku.board
 from scripts.independent_grids import independent_grid
 
 # pairs of cells that are not peers (no shared row, column or box): the only pairs whose digits may be equal
 _PEER = np.zeros((81, 81), dtype=bool)
-for _unit in sudoku.UNITS:
+for _unit in sudoku.board.UNITS:
     _PEER[np.ix_(_unit, _unit)] = True
 _I, _J = np.triu_indices(81, 1)
 _I, _J = _I[~_PEER[_I, _J]], _J[~_PEER[_I, _J]]
@@ -51,9 +51,9 @@ def test_generator_grids_cannot_be_told_from_an_independent_sampler():
     - the current generator: 0.53; the independent sampler against itself: 0.51.
     """
     rng = np.random.default_rng(0)
-    ours = np.stack([sudoku.random_grid(rng) for _ in range(2000)])
+    ours = np.stack([sudoku.board.random_grid(rng) for _ in range(2000)])
     theirs = np.stack([independent_grid(rng) for _ in range(2000)])
-    assert all(sudoku.is_legal_solution(g) for g in ours[:50])
+    assert all(sudoku.board.is_legal_solution(g) for g in ours[:50])
     accuracy = held_out_accuracy(ours, theirs)
     assert accuracy < 0.60, f"a linear classifier tells our grids from independent ones with accuracy {accuracy:.2f}"
 

@@ -130,7 +130,7 @@ def check_arguments(cmd: list[str]) -> None:
         train_sudoku.check_config(load_config(train_sudoku.TrainConfig, args))
     elif script == "train_fastdllm.py":
         train_fastdllm.parse_config(args)
-    elif script == "tests/test_reference_models.py":  # its own usage check: --compare [--device=...]
+    elif script == "tests/test_pin_reference_models.py":  # its own usage check: --compare [--device=...]
         assert args[0] == "--compare" and len(args) == 2 and args[1].startswith("--device=")
     elif script == "prepare_data.py":
         prepare_data.parse_args(args)

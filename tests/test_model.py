@@ -1,7 +1,10 @@
+import json
+
 import pytest
 import torch
 
-from model import ModelConfig, SudokuTransformer, apply_rope, load_model, rope_cache
+from common import load_model, save_weights
+from model import ModelConfig, SudokuTransformer, apply_rope, rope_cache
 
 SMALL = dict(n_layer=2, n_head=4, n_embd=32, d_ff=64, dropout=0.0)
 
@@ -143,3 +146,41 @@ def test_optional_learned_positions(device):
         model.pos_emb[5] = torch.randn(32).to(device)
         b = model(x)[0]
     assert (a - b).abs().amax(-1)[0, 5] > 1e-3  # the embedding of position 5 is added to cell 5
+
+
+def test_model_py_imports_only_torch_and_relay():
+    """model.py is copied with relay.py alone: it imports torch, relay and the standard library's
+    dataclasses/math, nothing of this repository's (the checksummed loader is common.load_model).
+    Checked: fails with model.py's earlier `from checkpoint import load_checkpoint`."""
+    import ast
+    import model
+    tree = ast.parse(open(model.__file__).read())
+    modules = {n.module if isinstance(n, ast.ImportFrom) else a.name
+               for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+               for a in (n.names if isinstance(n, ast.Import) else [None])}
+    assert {m.split(".")[0] for m in modules} <= {"torch", "relay", "dataclasses", "math", "typing"}, modules
+
+
+def test_weights_file_round_trip(tmp_path):
+    """save_weights -> load_model gives the same model in eval mode (dropout 0.1 here, so a loader that
+    left the model in train mode fails; so does one that dropped the relay LayerNorm or the config)."""
+    torch.manual_seed(0)
+    model = SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, relay=True, pos_emb=True))
+    with torch.no_grad():
+        model.relay_norm.bias.normal_()
+    path = str(tmp_path / "m.safetensors")
+    save_weights(model.eval(), path, {"config": json.dumps({"objective": "relay"})})
+    loaded, config = load_model(path)
+    tokens = torch.randint(0, 17, (3, 81))
+    h = torch.randn(3, 81, 32)
+    assert config == {"objective": "relay"} and loaded.config == model.config
+    assert torch.equal(loaded(tokens, h)[0], model(tokens, h)[0])
+
+
+def test_weights_file_errors_are_one_line(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    for path in (str(bad), str(tmp_path / "missing.safetensors")):
+        with pytest.raises(ValueError) as e:
+            load_model(path)
+        assert path in str(e.value) and "\n" not in str(e.value)

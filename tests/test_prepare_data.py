@@ -1,6 +1,6 @@
 """prepare_data.py and its modules: generated splits, the array files training reads, every input format,
-every bad-input class (puzzle_files.py), the hub path offline, Tim Vink derivation and the deduction-only
-cohort (solver_fields.py)."""
+every bad-input class (sudoku/puzzle_files.py), the hub path offline, Tim Vink derivation and the deduction-only
+cohort (sudoku/solver_fields.py)."""
 import gzip
 import hashlib
 import json
@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 
 import prepare_data as P
-import puzzle_files as F
-import solver_fields as S
-import sudoku
-import sudoku_data as D
-import sudoku_hard
-import sudoku_symmetry as Y
+import sudoku.puzzle_files as F
+import sudoku.solver_fields as S
+import sudoku.board
+import sudoku.data as D
+import sudoku.hard
+import sudoku.symmetry as Y
 
 NORVIG_HARD = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
 SIZES = ["--n_train=40", "--n_val=8", "--n_test=12"]
@@ -49,13 +49,13 @@ def test_generated_splits_are_unique_valid_and_disjoint(data_dir):
     for split in splits.values():
         assert list(split.frame.columns[:4]) == ["source", "question", "answer", "rating"]
         assert split.question.dtype == np.int64 and split.question.shape == (len(split), 81)
-        q, a = sudoku.tokens_to_digits(split.question), sudoku.tokens_to_digits(split.answer)
-        assert ((split.question == sudoku.MASK) == (q == 0)).all()  # blanks are [MASK], never the '0' token
-        assert (a > 0).all() and (sudoku.count_violations_batch(a) == 0).all()
+        q, a = sudoku.board.tokens_to_digits(split.question), sudoku.board.tokens_to_digits(split.answer)
+        assert ((split.question == sudoku.board.MASK) == (q == 0)).all()  # blanks are [MASK], never the '0' token
+        assert (a > 0).all() and (sudoku.board.count_violations_batch(a) == 0).all()
         assert ((q == 0) | (q == a)).all()
         for row, rating in zip(q, split.frame["rating"]):
-            assert sudoku.count_solutions(row) == 1 and sudoku.rate(row) == rating
-    clues = (sudoku.tokens_to_digits(splits["train"].question) > 0).sum(axis=1)
+            assert sudoku.board.count_solutions(row) == 1 and sudoku.board.rate(row) == rating
+    clues = (sudoku.board.tokens_to_digits(splits["train"].question) > 0).sum(axis=1)
     assert clues.max() <= 45 and clues.min() >= 17
 
 
@@ -97,13 +97,13 @@ def test_array_files_hold_the_parquet_puzzles_as_digits(data_dir):
             assert [int(t) for t in tokens[0]] == [2 if d == 0 else 7 + int(d) for d in digits[0]]
 
 
-def test_default_generation_is_pinned(tmp_path):
+def test_pin_default_generation(tmp_path):
     """The generator's default arguments (seed 0, clues 17-45) give exactly the puzzles that the
     pre-refactor prepare_data.py gave (hash of its parquet output for 30/5/10 puzzles, generator version 2).
     The cache key trusts this: same arguments and GENERATOR_VERSION, same puzzles.
     Catches: a changed per-puzzle seed or clue-target range (tried: [seed, index, stream],
     the upper clue bound off by one)."""
-    if sudoku.GENERATOR_VERSION != 2:
+    if sudoku.board.GENERATOR_VERSION != 2:
         pytest.skip("the pinned hash is of generator version 2; a new version may change the puzzles on purpose")
     P.main([f"--out_dir={tmp_path}", "--n_train=30", "--n_val=5", "--n_test=10", "--workers=1"])
     h = hashlib.sha256()
@@ -158,12 +158,12 @@ def test_bad_array_files_are_one_line_errors(data_dir, tmp_path):
 
 
 def test_data_from_another_generator_version_is_rebuilt(tmp_path, monkeypatch, capsys):
-    """Fails if the cache key ignores sudoku.GENERATOR_VERSION (old, biased puzzles would be reused silently)."""
+    """Fails if the cache key ignores sudoku.board.GENERATOR_VERSION (old, biased puzzles would be reused silently)."""
     out = str(tmp_path / "d")
     args = ["--out_dir=" + out, "--seed=3", "--workers=1", "--n_train=4", "--n_val=0", "--n_test=2"]
     P.main(args)
     capsys.readouterr()
-    monkeypatch.setattr(sudoku, "GENERATOR_VERSION", sudoku.GENERATOR_VERSION + 1)
+    monkeypatch.setattr(sudoku.board, "GENERATOR_VERSION", sudoku.board.GENERATOR_VERSION + 1)
     P.main(args)
     assert "reusing the data" not in capsys.readouterr().out
 
@@ -195,11 +195,11 @@ def test_each_format_round_trips(puzzles, tmp_path, fmt):
     path = str(tmp_path / f"p.{fmt}")
     write(frame, path, fmt)
     loaded = F.load_puzzles(path)
-    assert np.array_equal(loaded.question, sudoku.digits_to_tokens(digits(frame["question"])))
+    assert np.array_equal(loaded.question, sudoku.board.digits_to_tokens(digits(frame["question"])))
     if fmt == "txt":
         assert loaded.answer is None
     else:
-        assert np.array_equal(loaded.answer, sudoku.digits_to_tokens(digits(frame["answer"])))
+        assert np.array_equal(loaded.answer, sudoku.board.digits_to_tokens(digits(frame["answer"])))
         assert list(loaded.frame["rating"]) == list(frame["rating"])
 
 
@@ -211,7 +211,7 @@ def test_file_source_computes_missing_answers(puzzles, tmp_path, capsys):
     loaded = {s: F.load_puzzles(s, out) for s in D.SPLITS}
     assert [len(loaded[s]) for s in D.SPLITS] == [30, 5, 5]
     answers = np.concatenate([loaded[s].answer for s in D.SPLITS])
-    assert np.array_equal(answers, sudoku.digits_to_tokens(digits(puzzles["answer"])))
+    assert np.array_equal(answers, sudoku.board.digits_to_tokens(digits(puzzles["answer"])))
     assert "val = next 5, test = last 5" in capsys.readouterr().out
 
 
@@ -313,7 +313,7 @@ def test_derive_one_trajectory_and_solved_pitfall(puzzles, capsys):
 
 
 def test_derive_one_time_limit_counts_as_brute_force():
-    answer = sudoku.format_board(sudoku.solve(sudoku.parse_board(NORVIG_HARD)))
+    answer = sudoku.board.format_board(sudoku.board.solve(sudoku.board.parse_board(NORVIG_HARD)))
     r = S.derive_one((NORVIG_HARD, answer, 1e-4))
     assert r["derive_status"] == "timeout" and "Brute Force" in r["strategies_used"]
     assert r["trajectory"][-1] == answer and r["num_steps"] == len(r["trajectory"]) - 1
@@ -351,14 +351,14 @@ def test_deduction_only_mask_forms_and_rules():
 
 
 def test_sft_data_has_its_own_entry_point(tmp_path, capsys):
-    """prepare_data.py no longer dispatches --task=sft: it stops naming fastdllm_data.py, which runs by itself.
-    Catches: the `if __name__ == "__main__"` of fastdllm_data.py missing (tried: the script then writes nothing)."""
+    """prepare_data.py no longer dispatches --task=sft: it stops naming fastdllm/data.py, which runs by itself.
+    Catches: the `if __name__ == "__main__"` of fastdllm/data.py missing (tried: the script then writes nothing)."""
     with pytest.raises(SystemExit):
         P.main(["--task=sft"])
-    assert "python fastdllm_data.py" in capsys.readouterr().err
+    assert "python -m fastdllm.data" in capsys.readouterr().err
     out = tmp_path / "sft"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "fastdllm_data.py", "--source=toy", "--tokenizer=tiny", "--toy_rows=3",
+    subprocess.run([sys.executable, "-m", "fastdllm.data", "--source=toy", "--tokenizer=tiny", "--toy_rows=3",
                     f"--out_dir={out}"], cwd=root, check=True, capture_output=True)
     assert len((out / "train.jsonl").read_text().splitlines()) == 3
 
@@ -408,7 +408,7 @@ def test_copies_of_test_puzzles_planted_in_a_file_are_dropped_from_train(puzzles
 
 
 def test_a_transposed_relabelled_top1465_puzzle_is_dropped(puzzles, tmp_path):
-    top = sudoku_hard.read_top1465()  # the real list, from the installed larsdoku package
+    top = sudoku.hard.read_top1465()  # the real list, from the installed larsdoku package
     copy = transformed(top["question"][0], top["answer"][0], seed=11)
     frame = puzzles[["question", "answer"]].iloc[:20]
     path = str(tmp_path / "with_top.csv")
@@ -419,7 +419,7 @@ def test_a_transposed_relabelled_top1465_puzzle_is_dropped(puzzles, tmp_path):
     written = pd.read_parquet(os.path.join(out, "top1465.parquet"))
     assert len(written) == 1465 and written["question"][0] == top["question"][0]
     solved = digits(written["answer"])
-    assert (sudoku.count_violations_batch(solved) == 0).all() and ((digits(written["question"]) == 0)
+    assert (sudoku.board.count_violations_batch(solved) == 0).all() and ((digits(written["question"]) == 0)
                                                                     | (digits(written["question"]) == solved)).all()
 
 
@@ -428,7 +428,7 @@ def fake_larsdoku(tmp_path, monkeypatch, classes: int, copies: int, top_puzzles:
     symmetric copies each, over two sub-collections, and a Top1465 list of `top_puzzles` other puzzles,
     one of which is also planted (transformed) in the collection."""
     rng = np.random.default_rng(5)
-    made = [sudoku.generate_puzzle(rng, 24)[:2] for _ in range(classes + top_puzzles)]
+    made = [sudoku.board.generate_puzzle(rng, 24)[:2] for _ in range(classes + top_puzzles)]
     rows = []
     for i, (q, a) in enumerate(made[:classes] + made[classes:classes + 1]):
         for k in range(copies if i < classes else 1):
@@ -441,8 +441,8 @@ def fake_larsdoku(tmp_path, monkeypatch, classes: int, copies: int, top_puzzles:
         json.dump(data, f)
     top_strings = F.digits_to_strings(np.stack([q for q, _ in made[classes:]]))
     top.write_text(f'"""stand-in"""\nTOP1465 = {top_strings!r}\n')
-    monkeypatch.setattr(sudoku_hard, "larsdoku_file", lambda name: str(tmp_path / name))
-    sudoku_hard.read_top1465.cache_clear()
+    monkeypatch.setattr(sudoku.hard, "larsdoku_file", lambda name: str(tmp_path / name))
+    sudoku.hard.read_top1465.cache_clear()
     return pd.DataFrame(rows, columns=["question", "answer"]), top_strings
 
 
@@ -453,10 +453,10 @@ def test_larsdoku_source_splits_whole_symmetry_classes(tmp_path, monkeypatch):
         P.main(["--source=larsdoku", "--collections=fn_fc_day1,killer_combo", "--out_dir=" + out,
                 "--n_val=2", "--n_test=3", "--workers=1"])
     finally:
-        sudoku_hard.read_top1465.cache_clear()
+        sudoku.hard.read_top1465.cache_clear()
     splits = {s: F.load_puzzles(s, out) for s in D.SPLITS}
     assert [len(splits[s]) for s in D.SPLITS] == [(12 - 5) * 3, 2, 3]  # the planted Top1465 copy is gone
-    boards = {s: sudoku.tokens_to_digits(splits[s].question) for s in D.SPLITS}
+    boards = {s: sudoku.board.tokens_to_digits(splits[s].question) for s in D.SPLITS}
     for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
         assert not any(Y.equivalent(p, q) for p in boards[a] for q in boards[b]), (a, b)
     top_boards = digits(top)
@@ -465,7 +465,7 @@ def test_larsdoku_source_splits_whole_symmetry_classes(tmp_path, monkeypatch):
 
 
 def test_larsdoku_missing_is_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(sudoku_hard.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(sudoku.hard.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SystemExit) as e:
         P.main(["--source=larsdoku", "--out_dir=" + str(tmp_path / "x")])
     assert "pip install larsdoku" in str(e.value) and "AGPL" in str(e.value)
@@ -481,9 +481,9 @@ def singles_finish(question: str) -> bool:
 
 def test_singles_solve_agrees_with_tim_vinks_singles(puzzles):
     rng = np.random.default_rng(9)
-    minimal = [sudoku.format_board(sudoku.remove_clues(rng, sudoku.random_grid(rng), 0)) for _ in range(12)]
+    minimal = [sudoku.board.format_board(sudoku.board.remove_clues(rng, sudoku.board.random_grid(rng), 0)) for _ in range(12)]
     sample = list(puzzles["question"][:12]) + minimal
-    verdicts = [sudoku.singles_solve(sudoku.parse_board(q)) for q in sample]
+    verdicts = [sudoku.board.singles_solve(sudoku.board.parse_board(q)) for q in sample]
     assert verdicts == [singles_finish(q) for q in sample]
     assert any(verdicts) and not all(verdicts)  # the sample holds both kinds
 
@@ -495,11 +495,11 @@ def test_hard_generator_makes_minimal_unsolvable_by_singles_and_augments_train(t
     assert [len(frames[s]) for s in D.SPLITS] == [12, 2, 3]
     for frame in frames.values():
         for q, a in zip(frame["question"], frame["answer"]):
-            board = sudoku.parse_board(q).reshape(81)
-            assert not singles_finish(q) and sudoku.count_solutions(board) == 1
-            assert np.array_equal(sudoku.solve(board), sudoku.parse_board(a).reshape(81))
+            board = sudoku.board.parse_board(q).reshape(81)
+            assert not singles_finish(q) and sudoku.board.count_solutions(board) == 1
+            assert np.array_equal(sudoku.board.solve(board), sudoku.board.parse_board(a).reshape(81))
             clues = np.flatnonzero(board)
-            assert all(sudoku.count_solutions(np.where(np.arange(81) == c, 0, board)) == 2 for c in clues)  # minimal
+            assert all(sudoku.board.count_solutions(np.where(np.arange(81) == c, 0, board)) == 2 for c in clues)  # minimal
     train = digits(frames["train"]["question"])
     for seed in range(3):  # 4 copies of each seed, in order: all equivalent, and to no other seed's copies
         group = train[4 * seed:4 * seed + 4]
@@ -516,7 +516,7 @@ def test_derive_only_the_chosen_splits_and_top1465(tmp_path, monkeypatch, capsys
         P.main(args)
         P.main(args)  # the same request again is a cache hit
     finally:
-        sudoku_hard.read_top1465.cache_clear()
+        sudoku.hard.read_top1465.cache_clear()
     frames = {s: pd.read_parquet(os.path.join(out, f"{s}.parquet")) for s in (*D.SPLITS, "top1465")}
     assert "strategies_used" in frames["test"] and "strategies_used" in frames["top1465"]
     assert "strategies_used" not in frames["train"] and "strategies_used" not in frames["val"]

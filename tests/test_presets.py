@@ -61,7 +61,7 @@ def inherited(preset: str) -> dict:
     return values
 
 
-def test_every_preset_resolves_to_its_pinned_config():
+def test_pin_every_preset_config():
     """Fails when a preset's final config changes (checked by dropping data_dir from config/base_table1.py
     and batch_size from config/fastdllm_tiny.py)."""
     pinned = json.load(open(PIN))

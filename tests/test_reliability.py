@@ -1,7 +1,6 @@
 """Run directories, locks, honest resume, checksummed checkpoints and up-front input checks
 (docs/reliability.md). Each test names the bug it was checked against: the bug was put in once, the
 test failed, the bug was taken out."""
-import hashlib
 import json
 import os
 import signal
@@ -17,14 +16,15 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
+import common
 import sample
 import train_sudoku as ts
 from configurator import load_config
-from model import ModelConfig, SudokuTransformer, load_model
+from common import load_model
+from model import ModelConfig, SudokuTransformer
 from scripts import runs
-from sudoku import format_board, random_grid
-from test_train_sudoku import TINY, TRAIN, VAL
+from sudoku.board import format_board, random_grid
+from helpers import TINY, TRAIN, VAL, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,16 +36,6 @@ def train(out_dir, *args) -> dict:
 
 def ckpt_of(out_dir) -> dict:
     return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)
-
-
-def snapshot(path) -> dict | None:
-    """{relative path: sha256} of every file under path (None when path does not exist)."""
-    if not os.path.exists(path):
-        return None
-    if os.path.isfile(path):
-        return {"": hashlib.sha256(open(path, "rb").read()).hexdigest()}
-    return {os.path.relpath(os.path.join(d, f), path): hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
-            for d, _, files in os.walk(path) for f in files}
 
 
 def steps_logged(out_dir) -> tuple[list[int], list[int]]:
@@ -244,7 +234,7 @@ def test_a_corrupted_checkpoint_is_refused_everywhere(tmp_path, capsys):
     out = tmp_path / "run"
     train(out, "--max_iters=2")
     good = ckpt_of(out)
-    assert good["checksum"] == checkpoint.checksum(good)
+    assert good["checksum"] == common.checksum(good)
     corrupt_tensor_byte(out / "ckpt.pt")
     damaged = ckpt_of(out)  # no error from torch.load ...
     assert any(not torch.equal(a, b) for a, b in zip(tensors(good), tensors(damaged)))  # ... on changed weights
@@ -267,20 +257,20 @@ def test_checksum_covers_tensor_bytes_dtype_and_plain_values():
     and does not depend on dict insertion order. Bugs checked: dtype, shape and plain values each left
     out of the digest; dicts walked in insertion order."""
     base = {"a": torch.arange(6, dtype=torch.float32), "b": {"step": 3, "lr": 1e-3}}
-    digest = checkpoint.checksum(base)
-    assert checkpoint.checksum({"b": {"lr": 1e-3, "step": 3}, "a": torch.arange(6, dtype=torch.float32)}) == digest
+    digest = common.checksum(base)
+    assert common.checksum({"b": {"lr": 1e-3, "step": 3}, "a": torch.arange(6, dtype=torch.float32)}) == digest
     changed = [{"a": torch.arange(6, dtype=torch.float32).index_fill(0, torch.tensor([5]), 5.0000005), "b": base["b"]},
                {"a": torch.arange(6, dtype=torch.float32).view(torch.int32), "b": base["b"]},  # same bytes
                {"a": torch.arange(6, dtype=torch.float32).view(2, 3), "b": base["b"]},
                {"a": base["a"], "b": {"step": 4, "lr": 1e-3}}]
-    assert len({checkpoint.checksum(c) for c in changed} | {digest}) == 5
+    assert len({common.checksum(c) for c in changed} | {digest}) == 5
 
 
 # ----------------------------------------------------------------------------- sample.py --results provenance
 
 def tiny_checkpoint(path) -> str:
     model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0))
-    checkpoint.save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
+    common.save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
                                 "config": {"objective": "mlm", "tie_embeddings": False, "seed": 0}}, str(path))
     return str(path)
 

@@ -1,44 +1,20 @@
-"""The repository cites the paper and its own docs/, never notes a user does not have or issue numbers."""
+"""Tracked files hold no data the repository may not copy (larsdoku's Top1465 puzzles). (That no file
+cites internal notes is a repository check CI runs: .ci/repo_check.py.)"""
 import os
 import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# internal design notes, the tracker, and paths outside the repository
-# and the data directory of the machines this project is developed on (a user's clone has no such path)
-BANNED = re.compile(r"design note|sudoku\.md|fastdllm_v2\.md|environment\.md|style\.md|shared/design|\.\./shared|"
-                    r"/work/shared|shared/data/|\bissue \d+", re.IGNORECASE)
-
-
-def test_no_file_cites_internal_notes_or_issue_numbers():
-    """Fails on any tracked text file with such a citation (checked by adding "(design note 4.1)" to model.py,
-    and by restoring the absolute --data_path of eval_code.py's old --canonical example)."""
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
-    if not files:  # not a git checkout (e.g. an exported tree): scan the working tree instead
-        files = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(ROOT) if ".git" not in d for f in fs]
-    hits = []
-    for path in files:
-        if path.endswith((".png", ".safetensors", ".gz", ".npz", ".parquet")) or path == "tests/test_repo_hygiene.py":
-            continue
-        try:
-            text = open(os.path.join(ROOT, path), encoding="utf-8").read()
-        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
-            continue
-        for n, line in enumerate(text.splitlines(), 1):
-            if BANNED.search(line) and "banned" not in line and "Trap: docstrings cited" not in line \
-                    and "old relay.py" not in line:
-                hits.append(f"{path}:{n}: {line.strip()[:100]}")
-    assert not hits, "\n".join(hits)
 
 
 def test_no_tracked_file_holds_larsdoku_puzzles():
     """larsdoku is AGPL: its puzzles are read from the installed package, never copied into the tree.
     Fails on a tracked file holding any Top1465 puzzle in either blank notation (checked by pasting one
     into a test file). Skipped without the package."""
-    import sudoku_hard
+    import sudoku.hard
     try:
-        puzzles = sudoku_hard.top1465_questions()
-    except sudoku_hard.MissingPackage as e:
+        puzzles = sudoku.hard.top1465_questions()
+    except sudoku.hard.MissingPackage as e:
         import pytest
         pytest.skip(str(e))
     wanted = set(puzzles) | {p.replace(".", "0") for p in puzzles}
@@ -56,3 +32,20 @@ def test_no_tracked_file_holds_larsdoku_puzzles():
         found = set(re.findall(r"[0-9.]{81}", text)) & wanted
         hits += [f"{path}: {p}" for p in sorted(found)]
     assert not hits, "\n".join(hits[:10])
+
+
+def test_test_files_share_only_through_helpers():
+    """What several test files use lives in tests/helpers.py: no test file imports another test file
+    (checked with test_sampler_knobs.py's earlier `from test_sample import ...`)."""
+    import ast
+    tests = os.path.join(ROOT, "tests")
+    hits = []
+    for name in sorted(os.listdir(tests)):
+        if not name.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse(open(os.path.join(tests, name)).read())):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            hits += [f"tests/{name}:{node.lineno}: imports {m}" for m in modules
+                     if m.split(".")[0].startswith(("test_", "conftest")) or m.startswith("tests.test_")]
+    assert not hits, "\n".join(hits)

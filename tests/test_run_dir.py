@@ -1,4 +1,4 @@
-"""run_dir.py: one run-directory contract for both trainers (docs/reliability.md). train_sudoku.py's side
+"""common.py: one run-directory contract for both trainers (docs/reliability.md). train_sudoku.py's side
 is tested in test_reliability.py; here train_fastdllm.py meets the same rules (refusal of a fresh run
 over a run, the lock, resume rules, checksummed resume state, kills during a save), and both trainers
 the same data order. Each test names the bug it was checked against: the bug was put in once, the test
@@ -15,11 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import run_dir
+import common
 import train_fastdllm as T
 import train_sudoku as ts
-from test_reliability import snapshot
-from test_train_sudoku import TINY as TINY_SUDOKU, TRAIN, VAL
+from helpers import TINY as TINY_SUDOKU, TRAIN, VAL, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # one process, no DeepSpeed, the tiny random Qwen2: about a second per run
@@ -73,7 +72,7 @@ def test_a_fresh_fastdllm_run_into_a_run_is_refused_and_changes_nothing(tmp_path
 def test_a_second_concurrent_fastdllm_run_is_refused_and_a_killed_run_resumes(tmp_path):
     """A training process holds out_dir; a second run into it (fresh or resume) stops with one line naming
     the first's pid and writes nothing. After a kill -9 of the first, its stale lock does not block the
-    resume. Bug checked: train_fastdllm.main without run_dir.hold (the second run trained into the
+    resume. Bug checked: train_fastdllm.main without common.hold (the second run trained into the
     first's files)."""
     out = tmp_path / "run"
     first = subprocess.Popen([sys.executable, "train_fastdllm.py", *TINY, f"--out_dir={out}", "--max_iters=100000",
@@ -89,13 +88,13 @@ def test_a_second_concurrent_fastdllm_run_is_refused_and_a_killed_run_resumes(tm
             with pytest.raises(SystemExit) as e:
                 fastdllm(out, *args)
             assert str(e.value).startswith(f"out_dir={out} is in use by another run (pid {first.pid} on ")
-        assert (out / run_dir.LOCK_FILE).read_text().split()[0] == str(first.pid)  # still the first run's
+        assert (out / common.LOCK_FILE).read_text().split()[0] == str(first.pid)  # still the first run's
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     saved = json.loads((out / "resume" / "manifest.json").read_text())["step"]
     fastdllm(out, f"--max_iters={saved + 1}", "--lr_decay_iters=100000", "--resume=True")
-    assert steps_logged(out) == list(range(1, saved + 2)) and not (out / run_dir.LOCK_FILE).exists()
+    assert steps_logged(out) == list(range(1, saved + 2)) and not (out / common.LOCK_FILE).exists()
 
 
 def test_fastdllm_resume_refuses_changed_hyperparameters_and_records_an_allowed_change(tmp_path):
@@ -151,7 +150,7 @@ def test_a_kill_during_a_fastdllm_save_never_leaves_a_wrong_state(tmp_path, monk
     args = ["--max_iters=6", "--save_interval=2", "--objective=rollout"]
     fastdllm(tmp_path / "full", *args)
     out = tmp_path / "cut"
-    real_swap = run_dir.swap_in
+    real_swap = common.swap_in
 
     class Killed(Exception):
         pass
@@ -167,11 +166,11 @@ def test_a_kill_during_a_fastdllm_save_never_leaves_a_wrong_state(tmp_path, monk
 
     def kill_between_renames(step):
         def swap_in(tmp, final):
-            if json.load(open(os.path.join(tmp, run_dir.MANIFEST)))["step"] == step:
+            if json.load(open(os.path.join(tmp, common.MANIFEST)))["step"] == step:
                 os.replace(final, final + ".old")
                 raise Killed
             real_swap(tmp, final)
-        monkeypatch.setattr(run_dir, "swap_in", swap_in)
+        monkeypatch.setattr(common, "swap_in", swap_in)
 
     for i, arm in enumerate([lambda: kill_in_rank_file(4), lambda: kill_between_renames(6)]):
         arm()
@@ -179,7 +178,7 @@ def test_a_kill_during_a_fastdllm_save_never_leaves_a_wrong_state(tmp_path, monk
             fastdllm(out, *args, *(["--resume=True"] if i else []))
         monkeypatch.undo()
         if i == 1:
-            assert not (out / "resume").exists() and (out / "resume.tmp" / run_dir.MANIFEST).exists()
+            assert not (out / "resume").exists() and (out / "resume.tmp" / common.MANIFEST).exists()
     fastdllm(out, *args, "--resume=True")  # resumes at step 6 from resume.tmp: no step left to train
     assert steps_logged(out) == steps_logged(tmp_path / "full") == [1, 2, 3, 4, 5, 6]
     assert_same_weights(tmp_path / "full" / "ckpt-6", out / "ckpt-6")

@@ -7,9 +7,7 @@ a few use a tiny real SudokuTransformer.
 """
 import contextlib
 import json
-import math
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,57 +15,14 @@ import torch
 import torch.nn as nn
 
 import sample
-import sudoku_decode
-import sudoku_report
-from model import ModelConfig, SudokuTransformer
+import sudoku.decode
+import sudoku.report
 from scripts import runs
-from sudoku import DIGIT0, MASK, count_violations_batch, digits_to_tokens, random_grid, tokens_to_digits
+from sudoku.board import DIGIT0, MASK, count_violations_batch, digits_to_tokens, random_grid, tokens_to_digits
+from helpers import ScriptedDenoiser, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny_sudoku
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def make_puzzles(n: int, seed: int = 0, blank: tuple[float, float] = (0.3, 0.7)):
-    """n random solved grids with a random fraction of cells blanked -> (questions, answers) token ids."""
-    rng = np.random.default_rng(seed)
-    qs, ans = [], []
-    for _ in range(n):
-        sol = random_grid(rng)
-        q = sol.copy()
-        q[rng.random(81) < rng.uniform(*blank)] = 0
-        qs.append(digits_to_tokens(q))
-        ans.append(digits_to_tokens(sol))
-    return torch.tensor(np.array(qs)), torch.tensor(np.array(ans))
-
-
-def logits_from(conf: torch.Tensor, digit: torch.Tensor) -> torch.Tensor:
-    """(B, 81) confidence and digit 1..9 -> (B, 81, 17) logits whose softmax max is exactly conf at that digit."""
-    probs = ((1 - conf) / 16)[..., None].expand(*conf.shape, 17).clone()
-    probs.scatter_(-1, (DIGIT0 + digit)[..., None], conf[..., None])
-    return probs.log()
-
-
-class Scripted(nn.Module):
-    """A stand-in model: rule(tokens, h) -> (conf, digit, h_out); records every call."""
-
-    def __init__(self, rule, relay: bool = False):
-        super().__init__()
-        self.rule, self.config, self.calls = rule, SimpleNamespace(relay=relay), []
-
-    def forward(self, tokens, h=None):
-        if h is not None and not self.config.relay:
-            raise ValueError("plain model got h")
-        self.calls.append((tokens.clone(), None if h is None else h.clone()))
-        conf, digit, h_out = self.rule(tokens, h)
-        return logits_from(conf.float(), digit.long()), h_out
-
-
-def fixed_rule(conf81, digits81):
-    """The same confidence and digit per cell at every step."""
-    def rule(tokens, h):
-        B = tokens.size(0)
-        return conf81.expand(B, 81), digits81.expand(B, 81), torch.zeros(B, 81, 2, device=tokens.device)
-    return rule
-
 
 def hashed_rule(tokens, h):
     """Row-wise deterministic, varied confidences: depends only on the row's own board."""
@@ -93,31 +48,19 @@ class DigitsOnly(nn.Module):
         return logits.index_fill(-1, torch.arange(DIGIT0 + 1, device=logits.device), -1e4), h_out
 
 
-def tiny(relay: bool, seed: int = 0) -> SudokuTransformer:
-    torch.manual_seed(seed)
-    return SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, dropout=0.0, relay=relay)).eval()
-
-
-def one_puzzle(n_blank_cells: list[int]):
-    sol = random_grid(np.random.default_rng(1))
-    q = sol.copy()
-    q[n_blank_cells] = 0
-    return torch.tensor(digits_to_tokens(q))[None], torch.tensor(digits_to_tokens(sol))[None], sol
-
-
 # ----------------------------------------------------------------------------- the policy through decode
 
 def test_three_cells_of_u_0p1_at_tau_0p15_commit_one_per_step(device):
     q, a, sol = one_puzzle([3, 40, 77])
     q = q.to(device)  # a parameter-free model decodes on the questions' device
     conf = torch.full((81,), 0.9, device=device)  # u = 0.1 each: 0.1 < 0.15 but 0.1 + 0.1 is not
-    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
-    res = sudoku_decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
+    model = ScriptedDenoiser(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
+    res = sudoku.decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
     assert res.nfe.tolist() == [3] and res.batch_nfe.tolist() == [4]
     assert [int(c.sum()) for c in res.commits[0]] == [1, 1, 1]
     assert torch.equal(res.pred, a)
     # u = 0.1 x 3 = 0.3 < 0.35: all three in one forward
-    res = sudoku_decode.decode_puzzles(model, q, tau=0.35)
+    res = sudoku.decode.decode_puzzles(model, q, tau=0.35)
     assert res.nfe.tolist() == [1] and torch.equal(res.pred, a)
 
 
@@ -126,8 +69,8 @@ def test_nothing_qualifying_forces_the_most_confident_cell(device):
     q = q.to(device)
     conf = torch.full((81,), 0.99)
     conf[3], conf[40], conf[77] = 0.5, 0.7, 0.6  # every u >= 0.3 > tau
-    model = Scripted(fixed_rule(conf.to(device), torch.as_tensor(sol, dtype=torch.long, device=device)))
-    res = sudoku_decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
+    model = ScriptedDenoiser(fixed_rule(conf.to(device), torch.as_tensor(sol, dtype=torch.long, device=device)))
+    res = sudoku.decode.decode_puzzles(model, q, tau=0.15, record_boards=True)
     order = [c.nonzero().flatten().tolist() for c in res.commits[0]]
     assert order == [[40], [77], [3]]  # one cell per step, most confident first
     assert res.nfe.tolist() == [3] and torch.equal(res.pred, a)
@@ -135,25 +78,25 @@ def test_nothing_qualifying_forces_the_most_confident_cell(device):
 
 def test_tau_zero_commits_one_cell_per_step(device):
     q, _ = make_puzzles(3, seed=5)
-    res = sudoku_decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.0)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(hashed_rule), q.to(device), tau=0.0)
     assert torch.equal(res.nfe, (q == MASK).sum(1))
 
 
 # ----------------------------------------------------------------------------- NFE accounting, early exit, batching
 
 # the tiny model in fp32: in bf16 a row's logits may depend on the batch's shape (CUDA picks kernels by shape)
-@pytest.mark.parametrize("make_model", [lambda: Scripted(hashed_rule), lambda: DigitsOnly(tiny(relay=True), fp32=True)])
+@pytest.mark.parametrize("make_model", [lambda: ScriptedDenoiser(hashed_rule), lambda: DigitsOnly(tiny_sudoku(relay=True), fp32=True)])
 def test_early_exit_batching_and_invariants(make_model, device):
     model = make_model().to(device)
     q, _ = make_puzzles(10, seed=2)
     qd = q.to(device)
-    ref = sudoku_decode.decode_puzzles(model, qd, tau=0.3, batch_size=4, record_boards=True)
+    ref = sudoku.decode.decode_puzzles(model, qd, tau=0.3, batch_size=4, record_boards=True)
     assert ref.nfe.min() < ref.nfe.max()  # puzzles finish at different steps: early exit matters
     # the paper's count: 1 + the slowest puzzle of each batch of 4
     for s in range(0, 10, 4):
         assert (ref.batch_nfe[s:s + 4] == 1 + ref.nfe[s:s + 4].max()).all()
     for kwargs in (dict(batch_size=4, early_exit=False), dict(batch_size=1), dict(batch_size=10), dict(batch_size=3)):
-        other = sudoku_decode.decode_puzzles(model, qd, tau=0.3, record_boards=True, **kwargs)
+        other = sudoku.decode.decode_puzzles(model, qd, tau=0.3, record_boards=True, **kwargs)
         assert torch.equal(other.pred, ref.pred), kwargs
         assert torch.equal(other.nfe, ref.nfe), kwargs
         assert torch.equal(other.violations_rollout, ref.violations_rollout), kwargs
@@ -176,8 +119,8 @@ def test_early_exit_skips_forwards_on_finished_puzzles(device):
     q, _ = make_puzzles(6, seed=3)
     counted = {}
     for early in (True, False):
-        model = Scripted(hashed_rule)
-        res = sudoku_decode.decode_puzzles(model, q.to(device), tau=0.3, batch_size=6, early_exit=early)
+        model = ScriptedDenoiser(hashed_rule)
+        res = sudoku.decode.decode_puzzles(model, q.to(device), tau=0.3, batch_size=6, early_exit=early)
         counted[early] = sum(t.size(0) for t, _ in model.calls)
     assert counted[True] == res.nfe.sum()  # exactly one row-forward per puzzle step
     assert counted[False] == 6 * (res.batch_nfe[0] - 1)  # every row on every loop iteration
@@ -185,7 +128,7 @@ def test_early_exit_skips_forwards_on_finished_puzzles(device):
 
 def test_max_steps_then_one_final_forward_fills_the_rest(device):
     q, _ = make_puzzles(3, seed=4)
-    res = sudoku_decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.0, max_steps=5, record_boards=True)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(hashed_rule), q.to(device), tau=0.0, max_steps=5, record_boards=True)
     assert res.nfe.tolist() == [6, 6, 6] and res.batch_nfe.tolist() == [6, 6, 6]
     assert (res.pred != MASK).all()
     assert [int(c.sum()) for c in res.commits[0]][:5] == [1] * 5
@@ -211,17 +154,17 @@ def test_relay_state_is_carried_row_by_row(device):
     n_blank = (q == MASK).sum(1)
     q = q.to(device)
     for bs, early in ((7, True), (3, True), (3, False), (1, True)):
-        model = Scripted(rule, relay=True)
-        res = sudoku_decode.decode_puzzles(model, q, tau=0.15, batch_size=bs, early_exit=early)
+        model = ScriptedDenoiser(rule, relay=True)
+        res = sudoku.decode.decode_puzzles(model, q, tau=0.15, batch_size=bs, early_exit=early)
         assert torch.equal(res.nfe, n_blank.clamp(max=3)), (bs, early)
         assert model.calls[0][1] is None
     # without carry every step looks like the first: one cell per step
-    res = sudoku_decode.decode_puzzles(Scripted(rule, relay=True), q, tau=0.15, relay_carry=False)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(rule, relay=True), q, tau=0.15, relay_carry=False)
     assert torch.equal(res.nfe, n_blank)
 
 
 def test_zeroed_relay_layernorm_decodes_like_the_plain_model(device):
-    plain, relay = tiny(relay=False, seed=0), tiny(relay=True, seed=1)
+    plain, relay = tiny_sudoku(relay=False, seed=0), tiny_sudoku(relay=True, seed=1)
     missing, unexpected = relay.load_state_dict(plain.state_dict(), strict=False)
     assert not unexpected and all(k.startswith("relay_norm") for k in missing)
     with torch.no_grad():
@@ -229,28 +172,28 @@ def test_zeroed_relay_layernorm_decodes_like_the_plain_model(device):
         relay.relay_norm.bias.zero_()
     plain, relay = plain.to(device), relay.to(device)  # on CUDA under the decoder's bf16 autocast
     q, _ = make_puzzles(6, seed=7)
-    a = sudoku_decode.decode_puzzles(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
-    b = sudoku_decode.decode_puzzles(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
+    a = sudoku.decode.decode_puzzles(DigitsOnly(plain), q, tau=0.2, batch_size=4, record_boards=True)
+    b = sudoku.decode.decode_puzzles(DigitsOnly(relay), q, tau=0.2, batch_size=4, record_boards=True)
     assert torch.equal(a.pred, b.pred) and torch.equal(a.nfe, b.nfe)
     assert all(torch.equal(x, y) for x, y in zip(a.boards, b.boards))
     # and a live relay does change the decode (the test above is not vacuous)
     with torch.no_grad():
         relay.relay_norm.weight.fill_(3.0)
-    c = sudoku_decode.decode_puzzles(DigitsOnly(relay), q, tau=0.2, batch_size=4)
+    c = sudoku.decode.decode_puzzles(DigitsOnly(relay), q, tau=0.2, batch_size=4)
     assert not (torch.equal(a.pred, c.pred) and torch.equal(a.nfe, c.nfe))
 
 
 def test_decode_restores_training_mode_and_rejects_bad_questions():
-    model = tiny(relay=True).train()
+    model = tiny_sudoku(relay=True).train()
     q, _ = make_puzzles(2)
-    sudoku_decode.decode_puzzles(DigitsOnly(model), q, tau=0.5)
+    sudoku.decode.decode_puzzles(DigitsOnly(model), q, tau=0.5)
     assert model.training
     with pytest.raises(ValueError, match="81"):
-        sudoku_decode.decode_puzzles(model, q[:, :80])
+        sudoku.decode.decode_puzzles(model, q[:, :80])
     with pytest.raises(ValueError, match="MASK"):
-        sudoku_decode.decode_puzzles(model, q.clamp(max=3))
+        sudoku.decode.decode_puzzles(model, q.clamp(max=3))
     with pytest.raises(ValueError, match="integer"):
-        sudoku_decode.decode_puzzles(model, q.float())
+        sudoku.decode.decode_puzzles(model, q.float())
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -258,16 +201,16 @@ def test_decode_restores_training_mode_and_rejects_bad_questions():
 def test_count_violations_on_hand_made_boards_and_against_sudoku_py(device):
     sol = random_grid(np.random.default_rng(0))
     board = torch.tensor(digits_to_tokens(sol))[None]
-    assert sudoku_decode.token_violations(board).tolist() == [0] and sample.is_legal(board).tolist() == [True]
+    assert sudoku.decode.token_violations(board).tolist() == [0] and sample.is_legal(board).tolist() == [True]
     two = board.clone()
     two[0, 1] = two[0, 0]  # same row and box, different column: row +1, box +1, column 1 gets a 2nd copy: +1
-    assert sudoku_decode.token_violations(two).tolist() == [3]
+    assert sudoku.decode.token_violations(two).tolist() == [3]
     blank = board.clone()
     blank[0, 5] = MASK
-    assert sudoku_decode.token_violations(blank).tolist() == [0] and sample.is_legal(blank).tolist() == [False]
+    assert sudoku.decode.token_violations(blank).tolist() == [0] and sample.is_legal(blank).tolist() == [False]
     rng = np.random.default_rng(1)
     digits = rng.integers(0, 10, size=(200, 81))
-    mine = sudoku_decode.token_violations(torch.tensor(digits_to_tokens(digits), device=device)).cpu().numpy()
+    mine = sudoku.decode.token_violations(torch.tensor(digits_to_tokens(digits), device=device)).cpu().numpy()
     assert np.array_equal(mine, count_violations_batch(digits))
 
 
@@ -277,7 +220,7 @@ def test_score_on_hand_made_boards(device):
     blanks = (q[1] == MASK).nonzero().flatten()
     wrong = blanks[:2]
     pred[1, wrong] = DIGIT0 + torch.as_tensor(tokens_to_digits(a[1, wrong].numpy()) % 9 + 1)  # another digit
-    res = sudoku_decode.DecodeResult(pred=pred.to(device), nfe=torch.tensor([2, 4], device=device),
+    res = sudoku.decode.DecodeResult(pred=pred.to(device), nfe=torch.tensor([2, 4], device=device),
                                      batch_nfe=torch.tensor([5, 5], device=device),
                                      violations_rollout=torch.tensor([1, 6], device=device),
                                      cells_per_step=torch.tensor([10.0, 5.0], device=device))  # q and a stay on the CPU
@@ -285,7 +228,7 @@ def test_score_on_hand_made_boards(device):
     assert m["exact_match"] == 0.5
     assert m["token_accuracy"] == pytest.approx((1 + (len(blanks) - 2) / len(blanks)) / 2)
     assert m["legal_rate"] == 0.5
-    assert m["violations_final"] == pytest.approx(sudoku_decode.token_violations(pred[1:]).item() / 2)
+    assert m["violations_final"] == pytest.approx(sudoku.decode.token_violations(pred[1:]).item() / 2)
     assert m["violations_final"] > 0
     assert (m["mean_nfe"], m["batch_nfe"], m["violations_rollout"], m["cells_per_step"], m["n"]) == (3, 5, 3.5, 7.5, 2)
     assert sample.score(q, None, res)["exact_match"] is None
@@ -293,26 +236,26 @@ def test_score_on_hand_made_boards(device):
 
 def test_violations_rollout_sums_the_boards_after_each_forward(device):
     q, _ = make_puzzles(4, seed=9)
-    res = sudoku_decode.decode_puzzles(Scripted(hashed_rule), q.to(device), tau=0.3, record_boards=True)
+    res = sudoku.decode.decode_puzzles(ScriptedDenoiser(hashed_rule), q.to(device), tau=0.3, record_boards=True)
     for i in range(4):
-        assert res.violations_rollout[i] == sudoku_decode.token_violations(res.boards[i]).sum()
+        assert res.violations_rollout[i] == sudoku.decode.token_violations(res.boards[i]).sum()
     assert res.violations_rollout.sum() > 0  # hashed_rule ignores Sudoku rules: it does make violations
 
 
 def test_table_and_plot(tmp_path):
     def entry(obj, tied, seed, em):
         m = {k: 1.0 for k in sample.METRIC_KEYS} | {"exact_match": em, "mean_nfe": 10 - 10 * em, "n": 5}
-        res = {sudoku_report.tau_key(t): m | {"exact_match": em + t} for t in sample.TAUS}
+        res = {sudoku.report.tau_key(t): m | {"exact_match": em + t} for t in sample.TAUS}
         return {"path": f"{obj}{seed}", "config": {"objective": obj, "tie_embeddings": tied, "seed": seed},
                 "results": {"all": res}}
     entries = [entry("mlm", False, 0, 0.1), entry("relay", False, 0, 0.4), entry("mlm", False, 1, 0.3)]
-    table = sudoku_report.format_table(entries, 0.15)
+    table = sudoku.report.format_table(entries, 0.15)
     rows = [r for r in table.splitlines() if r.startswith("| MLM")]
     assert len(rows) == 1 and "| 2 |" in rows[0]
     em = [25.0, 45.0]  # (0.1 + 0.15, 0.3 + 0.15) in %
     assert f"{np.mean(em):.2f} ± {np.std(em, ddof=1):.2f}" in rows[0]
     assert "Relay" in table and "deduction" not in table
-    sudoku_report.plot_pareto(entries, str(tmp_path / "p.png"))
+    sudoku.report.plot_pareto(entries, str(tmp_path / "p.png"))
     assert (tmp_path / "p.png").stat().st_size > 1000
 
 
@@ -321,40 +264,13 @@ def test_method_styles_one_colour_per_objective():
         return [{"config": {"objective": obj}}]
     groups = {"MLM": group("mlm"), "Relay": group("relay"), "Relay (staggered)": group("relay"),
               "mine": group("my_objective"), "mine too": group("my_objective")}
-    styles = sudoku_report.method_styles(groups)
+    styles = sudoku.report.method_styles(groups)
     assert styles["MLM"] == ("C0", "-") and styles["Relay"] == ("C3", "-")
     assert styles["Relay (staggered)"] == ("C3", "--")  # same objective: same colour, another line style
     assert styles["mine"] == ("C4", "-") and styles["mine too"] == ("C4", "--")
 
 
 # ----------------------------------------------------------------------------- command line
-
-def constant_checkpoint(path, digit: int = 5, conf: float = 0.9, objective: str = "mlm", seed: int = 0) -> str:
-    """A real SudokuTransformer checkpoint that predicts `digit` with confidence `conf` at every cell."""
-    cfg = ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0, relay=objective.startswith("relay"))
-    model = SudokuTransformer(cfg)
-    logp = torch.full((17,), math.log((1 - conf) / 16))
-    logp[DIGIT0 + digit] = math.log(conf)
-    with torch.no_grad():  # final LayerNorm outputs its bias e_0 whatever the input; the head maps e_0 to logp
-        model.final_norm.weight.zero_()
-        model.final_norm.bias.zero_()
-        model.final_norm.bias[0] = 1.0
-        model.head.weight.zero_()
-        model.head.weight[:, 0] = logp
-    from dataclasses import asdict
-    torch.save({"model": model.state_dict(), "model_config": asdict(cfg), "ema": None,
-                "config": {"objective": objective, "tie_embeddings": False, "seed": seed}}, path)
-    return str(path)
-
-
-def puzzle_csv(path, n: int = 6) -> str:
-    q, a = make_puzzles(n, seed=11)
-    from sudoku import format_board
-    rows = ["question,answer"] + [f"{format_board(tokens_to_digits(x.numpy()))},{format_board(tokens_to_digits(y.numpy()))}"
-                                  for x, y in zip(q, a)]
-    path.write_text("\n".join(rows) + "\n")
-    return str(path)
-
 
 def test_cli_writes_json_table_plot_and_dump(tmp_path, capsys):
     ckpts = [constant_checkpoint(tmp_path / f"{o}{s}.pt", objective=o, seed=s) for o in ("mlm", "relay") for s in (0, 1)]
@@ -412,7 +328,7 @@ def test_cli_puzzle_prints_the_board_filling_in(tmp_path, capsys):
     fives = np.flatnonzero(sol == 5)[:3]
     q = sol.copy()
     q[fives] = 0
-    from sudoku import format_board
+    from sudoku.board import format_board
     sample.main([f"--ckpt={ckpt}", f"--puzzle={format_board(q)}"])
     out = capsys.readouterr().out
     assert out.count("cell committed") == 3 and "forward 4" not in out
@@ -424,7 +340,7 @@ def test_cli_puzzle_prints_the_board_filling_in(tmp_path, capsys):
 
 def test_cli_deduction_only_cohort_filters_then_takes_the_first_n(tmp_path, capsys):
     q, a = make_puzzles(6, seed=12)
-    from sudoku import format_board
+    from sudoku.board import format_board
     strategies = [["Brute Force", "Naked Pairs"], ["Naked Pairs"], ["Single Position"], ["X-Wings"], ["Hidden Triples"], []]
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"question": format_board(tokens_to_digits(x.numpy())),
@@ -505,7 +421,7 @@ def test_reproduce_cpu_smoke_runs_end_to_end(tmp_path):
     from scripts import reproduce_cpu
     reproduce_cpu.main(["--smoke", f"--runs={tmp_path / 'runs'}", f"--data_dir={tmp_path / 'data'}"])
     results = json.loads((tmp_path / "runs" / "results.json").read_text())
-    assert [e["config"]["objective"] for e in results["checkpoints"]] == list(sudoku_report.OBJECTIVE_NAMES)
+    assert [e["config"]["objective"] for e in results["checkpoints"]] == list(sudoku.report.OBJECTIVE_NAMES)
     assert (tmp_path / "runs" / "pareto.png").exists() and "| Relay |" in (tmp_path / "runs" / "table.md").read_text()
 
 

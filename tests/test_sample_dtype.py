@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import sample
-import sudoku_decode
+import sudoku.decode
 from model import ModelConfig, SudokuTransformer
-from test_sample import constant_checkpoint, make_puzzles, puzzle_csv
+from helpers import constant_checkpoint, make_puzzles, puzzle_csv
 
 
 def logits_dtypes(dtype: str) -> tuple[set, torch.Tensor]:
@@ -17,7 +17,7 @@ def logits_dtypes(dtype: str) -> tuple[set, torch.Tensor]:
     seen = set()
     model.head.register_forward_hook(lambda m, i, out: seen.add(out.dtype))
     q, _ = make_puzzles(4)
-    return seen, sudoku_decode.decode_puzzles(model, q, tau=0.15, dtype=dtype).pred
+    return seen, sudoku.decode.decode_puzzles(model, q, tau=0.15, dtype=dtype).pred
 
 
 def test_decode_dtype_sets_the_autocast():

@@ -1,6 +1,6 @@
 """Sampler knobs (confidence temperature, noise on the carried state, k samples with pass@k) and the
 matched-NFE readout of sample.py (--frontier). The paper's decoding is temperature 1, no noise, one sample:
-the defaults, pinned by tests/test_decode.py and tests/test_reference_models.py.
+the defaults, pinned by tests/test_decode.py and tests/test_pin_reference_models.py.
 
     python -m pytest tests/test_sampler_knobs.py -q
 """
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import sample
-import sudoku_decode
-import sudoku_report
-from test_sample import Scripted, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny
+import sudoku.decode
+import sudoku.report
+from helpers import ScriptedDenoiser, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny_sudoku
 
 
 # ----------------------------------------------------------------------------- temperature
@@ -25,11 +25,11 @@ def test_temperature_changes_the_confidences_the_threshold_rule_reads(device):
     Catches: the temperature not applied to the confidences (tried: fails)."""
     q, a, sol = one_puzzle([3, 40, 77])
     conf = torch.full((81,), 0.99, device=device)
-    model = Scripted(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
+    model = ScriptedDenoiser(fixed_rule(conf, torch.as_tensor(sol, dtype=torch.long, device=device)))
     by_hand = math.sqrt(0.99) / (math.sqrt(0.99) + 16 * math.sqrt(0.01 / 16))
     assert 1 - by_hand > 0.15
     for T, forwards in ((1.0, 1), (2.0, 3), (0.5, 1)):
-        res = sudoku_decode.decode_puzzles(model, q.to(device), tau=0.15, temperature=T)
+        res = sudoku.decode.decode_puzzles(model, q.to(device), tau=0.15, temperature=T)
         assert res.nfe.tolist() == [forwards] and res.batch1_nfe.tolist() == [forwards + 1], T
         assert torch.equal(res.pred.cpu(), a), T
 
@@ -38,10 +38,10 @@ def test_default_knobs_run_the_unwrapped_model():
     """At the paper's defaults the decoder gets the model itself, so the default decode is the paper's
     bit for bit (the golden boards of tests/test_decode.py pin it); any knob wraps it.
     Catches: the wrapper installed at the defaults too (tried: fails)."""
-    model = tiny(relay=True)
-    assert sudoku_decode.sampler_knobs(model) is model
-    assert sudoku_decode.sampler_knobs(model, temperature=1.5) is not model
-    assert sudoku_decode.sampler_knobs(model, state_noise=0.1) is not model
+    model = tiny_sudoku(relay=True)
+    assert sudoku.decode.sampler_knobs(model) is model
+    assert sudoku.decode.sampler_knobs(model, temperature=1.5) is not model
+    assert sudoku.decode.sampler_knobs(model, state_noise=0.1) is not model
 
 
 # ----------------------------------------------------------------------------- noise on the carried state
@@ -59,9 +59,9 @@ def test_state_noise_is_added_to_the_carried_state_only(device):
         h_out = (tokens.double() / 17)[..., None].repeat(1, 1, 2)  # a state fixed by the board
         return torch.full((B, 81), 0.5, device=tokens.device), torch.ones(B, 81, dtype=torch.long,
                                                                           device=tokens.device), h_out
-    model = Scripted(rule, relay=True)
+    model = ScriptedDenoiser(rule, relay=True)
     gen = torch.Generator(device=device).manual_seed(3)
-    sudoku_decode.decode_puzzles(model, q, tau=0.0, max_steps=4, state_noise=0.5, generator=gen)
+    sudoku.decode.decode_puzzles(model, q, tau=0.0, max_steps=4, state_noise=0.5, generator=gen)
     replay = torch.Generator(device=device).manual_seed(3)
     assert model.calls[0][1] is None
     for (prev_tokens, _), (_, h) in zip(model.calls, model.calls[1:]):
@@ -74,12 +74,12 @@ def test_knobs_refuse_bad_values_in_one_line(tmp_path):
     """Bad knob values are one-line errors, in the library and on the command line: a temperature that is
     not > 0, negative noise, noise on a model that carries no state, k > 1 samples without noise.
     Catches: state noise silently ignored on a plain model (tried: no error, no effect)."""
-    model = tiny(relay=False)
+    model = tiny_sudoku(relay=False)
     q, _ = make_puzzles(1)
     for kwargs, message in (({"temperature": 0.0}, "temperature must be"), ({"state_noise": -1.0}, "state_noise must"),
                             ({"state_noise": 0.1}, "carries none")):
         with pytest.raises(ValueError, match=message):
-            sudoku_decode.decode_puzzles(model, q, **kwargs)
+            sudoku.decode.decode_puzzles(model, q, **kwargs)
     ckpt, data = constant_checkpoint(tmp_path / "c.pt"), puzzle_csv(tmp_path / "p.csv")
     for args, message in ((["--temperature=0"], "--temperature must"), (["--state_noise=nan"], "--state_noise must"),
                           (["--samples_per_puzzle=2"], "needs --state_noise > 0"),
@@ -91,10 +91,10 @@ def test_knobs_refuse_bad_values_in_one_line(tmp_path):
 
 # ----------------------------------------------------------------------------- k samples: pass@k and avg@k
 
-def fake_result(pred: torch.Tensor, batch1: list[int]) -> sudoku_decode.DecodeResult:
+def fake_result(pred: torch.Tensor, batch1: list[int]) -> sudoku.decode.DecodeResult:
     n = pred.size(0)
     zeros = torch.zeros(n, dtype=torch.long)
-    return sudoku_decode.DecodeResult(pred, torch.tensor(batch1), torch.tensor(batch1), zeros, zeros.float(),
+    return sudoku.decode.DecodeResult(pred, torch.tensor(batch1), torch.tensor(batch1), zeros, zeros.float(),
                                       violating_snapshots=zeros, batch1_nfe=torch.tensor(batch1))
 
 
@@ -122,7 +122,7 @@ def test_cli_samples_per_puzzle_with_state_noise(tmp_path, capsys):
     settings the same checkpoint is another row of the table, never another seed of the same row.
     Catches: the knobs left out of the method grouping (tried: one row "2 seeds"; fails)."""
     from dataclasses import asdict
-    model = tiny(relay=True, seed=2)
+    model = tiny_sudoku(relay=True, seed=2)
     ckpt = tmp_path / "r.pt"
     torch.save({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
                 "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, ckpt)
@@ -158,7 +158,7 @@ def test_frontier_reads_accuracy_at_budgets_on_the_batch1_count():
     budget would be outside; tried: fails)."""
     entries = [sweep_entry("a", 1, {"0.45": (0.2, 10.0, 30.0), "0.01": (0.6, 20.0, 40.0)}),
                sweep_entry("b", 2, {"0.45": (0.5, 12.0, 30.0), "0.01": (0.7, 22.0, 40.0)})]
-    text = sudoku_report.format_frontier(entries, (15, 25))
+    text = sudoku.report.format_frontier(entries, (15, 25))
     rows = text.splitlines()
     assert rows[3] == "| Relay, tied (seed 1) | 40.0% ± 4.9 | outside |"
     assert rows[4] == "| Relay, tied (seed 2) | 56.0% ± 5.0 | outside |"  # 0.5 + 0.2 * 3 / 10
@@ -168,7 +168,7 @@ def test_frontier_reads_accuracy_at_budgets_on_the_batch1_count():
 
 def test_cli_frontier_is_one_command_over_the_authors_thresholds(tmp_path, capsys):
     """sample.py --frontier sweeps the authors' seven thresholds and prints accuracy at their budgets."""
-    from frontier import AUTHORS_TAUS
+    from sudoku.frontier import AUTHORS_TAUS
     ckpts = [constant_checkpoint(tmp_path / f"c{s}.pt", objective="relay", seed=s) for s in (0, 1)]
     out = tmp_path / "r.json"
     sample.main([f"--ckpt={','.join(ckpts)}", f"--data={puzzle_csv(tmp_path / 'p.csv')}", "--n=3", "--frontier",

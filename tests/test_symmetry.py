@@ -1,4 +1,4 @@
-"""The symmetry group behind augmentation and leak-free splits (sudoku_symmetry.py).
+"""The symmetry group behind augmentation and leak-free splits (sudoku/symmetry.py).
 
 Planted bugs each test was seen to catch: equivalent() without its transpose branch (transposed
 copies missed); invariant keys from the row counts alone in one orientation (transposed copies get
@@ -6,15 +6,15 @@ another key); a relabelling that is not one-to-one accepted (a non-equivalent pu
 """
 import numpy as np
 
-import sudoku
-import sudoku_symmetry as Y
+import sudoku.board
+import sudoku.symmetry as Y
 
 NORVIG_HARD = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
 
 
 def puzzles(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    pairs = [sudoku.generate_puzzle(rng, 24)[:2] for _ in range(n)]
+    pairs = [sudoku.board.generate_puzzle(rng, 24)[:2] for _ in range(n)]
     return np.stack([p for p, _ in pairs]), np.stack([s for _, s in pairs])
 
 
@@ -24,8 +24,8 @@ def test_symmetries_map_puzzles_to_puzzles_with_the_mapped_solution():
     for q, a in zip(questions, answers):
         sym = Y.random_symmetry(rng)
         q2, a2 = Y.apply_symmetry(q, sym), Y.apply_symmetry(a, sym)
-        assert sudoku.is_legal_solution(a2) and (q2 > 0).sum() == (q > 0).sum()
-        assert sudoku.count_solutions(q2) == 1 and np.array_equal(sudoku.solve(q2), a2)
+        assert sudoku.board.is_legal_solution(a2) and (q2 > 0).sum() == (q > 0).sum()
+        assert sudoku.board.count_solutions(q2) == 1 and np.array_equal(sudoku.board.solve(q2), a2)
 
 
 def test_transpose_and_relabel_by_hand():
@@ -50,7 +50,7 @@ def test_copies_share_a_key_and_are_equivalent_others_are_not():
 
 
 def test_same_clue_cells_with_other_digits_are_not_equivalent():
-    q = sudoku.parse_board(NORVIG_HARD).reshape(81)
+    q = sudoku.board.parse_board(NORVIG_HARD).reshape(81)
     swapped = q.copy()
     first_row = np.arange(9)
     ones, twos = first_row[q[:9] == 4], first_row[q[:9] == 8]  # swap two digits in the first row only

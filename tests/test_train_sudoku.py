@@ -1,48 +1,19 @@
 import glob
 import json
 import os
-import types
 
 import numpy as np
 import pytest
 import torch
 
-import sudoku_data
+import sudoku.data
 import train_sudoku as ts
 from configurator import load_config
-from model import SudokuTransformer, load_model
-from sudoku import digits_to_tokens
+from common import load_model
+from model import SudokuTransformer
+from helpers import TINY, TRAIN, VAL, random_grids, tiny_split
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--eval_puzzles=16",
-        "--log_interval=1", "--device=cpu", "--warmup_iters=2", "--learning_rate=3e-3"]
-
-
-def random_grids(n: int, rng: np.random.Generator) -> np.ndarray:
-    """Valid solved grids: a pattern grid with shuffled digits, rows within bands, bands, columns, stacks."""
-    r = np.arange(9)
-    base = (r[:, None] * 3 + r[:, None] // 3 + r[None, :]) % 9
-    out = []
-    for _ in range(n):
-        rows = np.concatenate([b * 3 + rng.permutation(3) for b in rng.permutation(3)])
-        cols = np.concatenate([b * 3 + rng.permutation(3) for b in rng.permutation(3)])
-        out.append((rng.permutation(9) + 1)[base[rows][:, cols]].reshape(81))
-    return np.stack(out)
-
-
-def puzzles(n: int, clues: tuple[int, int], seed: int) -> types.SimpleNamespace:
-    """Tiny data with prepare_data.load_puzzles' interface (.question/.answer token arrays)."""
-    rng = np.random.default_rng(seed)
-    solution = random_grids(n, rng)
-    question = solution.copy()
-    for row in question:
-        row[rng.permutation(81)[: 81 - rng.integers(clues[0], clues[1] + 1)]] = 0
-    return types.SimpleNamespace(question=digits_to_tokens(question), answer=digits_to_tokens(solution))
-
-
-TRAIN, VAL = puzzles(96, (30, 44), 0), puzzles(16, (30, 44), 1)
-
-
 def run(tmp, *args, train=TRAIN, val=VAL, device="cpu") -> dict:
     """A tiny run; on a non-CPU device with the default dtype=auto (bf16 autocast on CUDA)."""
     cfg = load_config(ts.TrainConfig, TINY + [f"--out_dir={tmp}", f"--device={device}", *args])
@@ -232,7 +203,7 @@ def test_tiny_model_learns_easy_sudoku(tmp_path, objective, device):
     # 60-70 clues, a 3-layer d=64 model with learned positions, 300 steps (about 1-2 min on 2 quiet cores).
     # Measured here: exact match 0 -> 15.5% (mlm) and 0 -> 6.5% (relay); losses fall from 2.2 / 4.5 to 0.5 / 1.9.
     import json
-    train, val = puzzles(4000, (60, 70), 2), puzzles(200, (60, 70), 3)
+    train, val = tiny_split(4000, (60, 70), 2), tiny_split(200, (60, 70), 3)
     args = [f"--objective={objective}", "--pos_emb=True", "--n_layer=3", "--n_head=4", "--n_embd=64", "--d_ff=256",
             "--batch_size=64", "--max_iters=300", "--eval_interval=0", "--eval_puzzles=200", "--log_interval=50",
             "--dropout=0.0", "--warmup_iters=20", "--ema_decay=0.0"]
@@ -262,7 +233,7 @@ def fake_data(path, source: str | None, rows: dict, n_train=None) -> str:
     """A data directory as prepare_data.py leaves it: {split}.npy and meta.json recording the source."""
     os.makedirs(path, exist_ok=True)
     for split, n in rows.items():
-        sudoku_data.save_split(sudoku_data.split_path(str(path), split), np.zeros((n, 81)), np.ones((n, 81)))
+        sudoku.data.save_split(sudoku.data.split_path(str(path), split), np.zeros((n, 81)), np.ones((n, 81)))
     if source is not None:
         with open(os.path.join(path, "meta.json"), "w") as f:
             json.dump({"key": {"source": source, "n_train": n_train}}, f)
@@ -343,7 +314,7 @@ def test_guard_reads_what_prepare_data_records(tmp_path, monkeypatch, capsys):
     source is recorded (tried: the guard reading meta["source"])."""
     import pandas as pd
     import prepare_data as P
-    from puzzle_files import digits_to_strings
+    from sudoku.puzzle_files import digits_to_strings
     rng = np.random.default_rng(5)
     solution = random_grids(60, rng)
     question = solution.copy()

@@ -1,4 +1,4 @@
-"""The KV cache of Fast-dLLM v2 block decoding (fastdllm_generate.py): one preallocated buffer per layer,
+"""The KV cache of Fast-dLLM v2 block decoding (fastdllm/generate.py): one preallocated buffer per layer,
 written in place.
 
 Completed blocks never change, so their keys and values are computed once and kept (the prefix). The

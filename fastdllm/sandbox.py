@@ -17,7 +17,7 @@ Three modes (docs/sandbox.md says exactly what each one does and does not isolat
 run_job(job_code, job, ...) runs RUNNER (below: drop every capability, keep a private result channel)
 followed by the caller's job_code, which reads `job` and calls send(obj) once. The result counts only
 if it carries the random nonce the harness handed the runner on stdin. What the job code computes and
-how it is judged is fastdllm_judge.py's business.
+how it is judged is fastdllm/judge.py's business.
 """
 import ctypes
 import functools
@@ -569,7 +569,7 @@ def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes
 
 
 def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> JobResult:
-    """Run RUNNER followed by `job_code` on `job` (any JSON data; fastdllm_judge.RUNNER_JOBS reads it) in
+    """Run RUNNER followed by `job_code` on `job` (any JSON data; fastdllm.judge.RUNNER_JOBS reads it) in
     `mode` ("bwrap", "namespaces", "unsafe", or "auto": isolation_mode("auto"))."""
     mode = _auto_mode() if mode == "auto" else mode
     if mode not in MODES:

@@ -1,8 +1,8 @@
 """Judging generated programs against HumanEval / HumanEval+ (EvalPlus) tests, pass or fail per task.
-The programs run in isolation through sandbox.run_job; the verdicts are computed here, in the harness.
+The programs run in isolation through fastdllm.sandbox.run_job; the verdicts are computed here, in the harness.
 
 Judging never lets expected outputs into the sandbox. The program's side (RUNNER_JOBS below, appended
-to sandbox.RUNNER) sends back what it computed as JSON on the runner's private channel; the harness
+to fastdllm.sandbox.RUNNER) sends back what it computed as JSON on the runner's private channel; the harness
 decodes it (decode_output) and compares with EvalPlus' rules. A HumanEval "base" program passes only if
 the test code runs to its end: the runner then sends the random nonce that the harness handed it on
 stdin, so sys.exit(0), os._exit(0) or an exception swallowed at exit score as failures.
@@ -13,10 +13,10 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-import sandbox
+import fastdllm.sandbox
 
 # -----------------------------------------------------------------------------
-# the program's side, after sandbox.RUNNER's prologue (its imports, `job`, `nonce`, send()). Two kinds of
+# the program's side, after fastdllm.sandbox.RUNNER's prologue (its imports, `job`, `nonce`, send()). Two kinds of
 # job: {"kind": "program", "code"} (HumanEval base) and {"kind": "io", "code", "entry_point", "inputs",
 # "limits"} (EvalPlus: outputs sent back, judged in the harness)
 
@@ -145,7 +145,7 @@ def decode_output(x):
 def judge_program(program: str, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> dict:
     """HumanEval base: the solution followed by the test code; passes iff the program runs to its end
     (the runner's nonce arrives) and exits with 0."""
-    run = sandbox.run_job(RUNNER_JOBS, {"kind": "program", "code": program}, timeout, memory_gb, mode)
+    run = fastdllm.sandbox.run_job(RUNNER_JOBS, {"kind": "program", "code": program}, timeout, memory_gb, mode)
     passed = run.result is not None and run.exit_code == 0
     return {"passed": passed, "error": "" if passed else run.error or f"exit {run.exit_code}"}
 
@@ -157,7 +157,7 @@ def run_outputs(code: str, entry_point: str, inputs: list, limits: list[float], 
     # EvalPlus: the whole task gets the sum of the per-input limits, capped at 60 s, plus slack
     timeout = min(60.0, sum(limits)) + 2.0
     job = {"kind": "io", "code": code, "entry_point": entry_point, "inputs": inputs, "limits": limits}
-    run = sandbox.run_job(RUNNER_JOBS, job, timeout, memory_gb, mode)
+    run = fastdllm.sandbox.run_job(RUNNER_JOBS, job, timeout, memory_gb, mode)
     if run.result is None:
         return None, [], run.error
     r = run.result
@@ -331,7 +331,7 @@ def judge_solutions(problems: list[dict], solutions: list[str], has_plus: bool, 
     if not problems:  # everything judged already (a resumed run)
         return []
     workers = workers or os.cpu_count() or 1
-    mode = sandbox.isolation_mode(mode)
+    mode = fastdllm.sandbox.isolation_mode(mode)
     gt = ground_truth(problems, mbpp, workers, memory_gb, cache_dir or os.path.expanduser("~/.cache/relay"),
                       mode) if has_plus else None
     results = [None] * len(problems)

@@ -12,7 +12,7 @@ attention mask and its KV cache; this file adds what the library cannot express:
     tools, trust_remote_code users and plain `Qwen2ForCausalLM.from_pretrained` users read what we
     save, and we read the released checkpoints without running their remote code.
 
-    from fastdllm_model import load_fastdllm, make_tiny_fastdllm
+    from fastdllm.model import load_fastdllm, make_tiny_fastdllm
     model, tok = load_fastdllm("Efficient-Large-Model/Fast_dLLM_v2_1.5B", use_relay=True)
     model = make_tiny_fastdllm(use_relay=True)   # random 2-layer Qwen2 for CPU tests
 """

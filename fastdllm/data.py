@@ -1,8 +1,8 @@
 """SFT data for the Fast-dLLM v2 adaptation: the c40m60 code/math mixture and ChatML tokenisation.
 
-    python fastdllm_data.py                                                      # c40m60 from the hub (24k code + 36k math)
-    python fastdllm_data.py --source=my_data.jsonl                               # your own {prompt, answer} or {messages} rows
-    python fastdllm_data.py --source=toy --tokenizer=tiny --out_dir=data/sft_toy  # CPU smoke data
+    python -m fastdllm.data                                                      # c40m60 from the hub (24k code + 36k math)
+    python -m fastdllm.data --source=my_data.jsonl                               # your own {prompt, answer} or {messages} rows
+    python -m fastdllm.data --source=toy --tokenizer=tiny --out_dir=data/sft_toy  # CPU smoke data
 
 Writes <out_dir>/train.jsonl (one {"messages": [...], "source": ..., "tokenized_chat_len": n} per line)
 and <out_dir>/prep_summary.json. train_fastdllm.py tokenises train.jsonl with the model's own
@@ -26,7 +26,7 @@ from typing import Iterable, Iterator
 import torch
 from tqdm import tqdm
 
-from fastdllm_model import CHAT_TEMPLATE, HUB_ID
+from fastdllm.model import CHAT_TEMPLATE, HUB_ID
 
 LEAK_PATTERNS = ("humaneval", "human_eval", "mbpp", "evalplus", "math-500", "math500")
 CODE_DATASET, CODE_SPLIT = "nvidia/OpenCodeInstruct", "train"
@@ -235,7 +235,7 @@ def build_mixture(code_rows: Iterable[dict], math_rows: Iterable[dict], tokenize
 
 def load_tokenizer(name: str):
     if name == "tiny":
-        from fastdllm_model import make_tiny_tokenizer
+        from fastdllm.model import make_tiny_tokenizer
         return make_tiny_tokenizer()
     from transformers import AutoTokenizer
     try:
@@ -282,9 +282,9 @@ def main(argv: list[str] | None = None) -> None:
                     rows.append({"messages": msgs, "source": args.source if args.source == "toy" else "local", "tokenized_chat_len": n})
             summary = {"rows": len(rows), "max_tokens": args.max_tokens, "stats": stats}
     except (ValueError, OSError) as e:
-        raise SystemExit(f"fastdllm_data.py: {e}")
+        raise SystemExit(f"fastdllm/data.py: {e}")
     if not rows:
-        raise SystemExit("fastdllm_data.py: no rows left after filtering")
+        raise SystemExit("fastdllm/data.py: no rows left after filtering")
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "train.jsonl"), "w") as f:
         for r in rows:

@@ -5,7 +5,7 @@ mean NFE, not the same τ (paper Sec. 4.1, Fig. 2). Each model's sweep gives poi
 accuracy over n puzzles); accuracy at an NFE budget is the linear interpolation between the two sweep
 points around it, and a budget outside a curve's NFE range has no value (never extrapolated).
 
-    from frontier import Point, accuracy_at, compare
+    from sudoku.frontier import Point, accuracy_at, compare
     curve = [Point(nfe=7.4, acc=0.63, n=2000), Point(nfe=12.1, acc=0.70, n=2000)]
     accuracy_at(curve, 10.0)      # -> (acc, binomial standard error) or None
     print(compare({"MLM": mlm_curve, "Relay": relay_curve}, budgets=(15, 20, 25, 30)))

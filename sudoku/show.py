@@ -9,9 +9,9 @@ from typing import TextIO
 
 import torch
 
-from sudoku import (N_CELLS, count_solutions, digits_to_tokens, format_board, is_legal_partial, is_legal_solution,
+from sudoku.board import (N_CELLS, count_solutions, digits_to_tokens, format_board, is_legal_partial, is_legal_solution,
                     parse_board, pretty_board, tokens_to_digits)
-from sudoku_decode import DecodeResult, decode_puzzles
+from sudoku.decode import DecodeResult, decode_puzzles
 
 
 def board_text(tokens: torch.Tensor) -> str:

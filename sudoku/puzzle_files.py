@@ -3,7 +3,7 @@
 A row is rejected for the first of REASONS it meets. The first five are cheap, vectorised
 checks; the last two need the exact solver (prepare_data.py --source=file runs it).
 
-    from puzzle_files import load_puzzles
+    from sudoku.puzzle_files import load_puzzles
     test = load_puzzles("test")         # a prepared split: .question / .answer tokens and .frame (all columns)
     mine = load_puzzles("my.csv")       # or any puzzle file, checked with the cheap rules
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-import sudoku
-from sudoku_data import DATA_DIR, SPLITS, load_split, prepare_command
+import sudoku.board
+from sudoku.data import DATA_DIR, SPLITS, load_split, prepare_command
 
 # every way a row can be bad, in the order they are checked
 REASONS = ("wrong length", "bad character", "contradicting clues", "answer not a valid grid",
@@ -31,17 +31,17 @@ def strings_to_digits(strings) -> np.ndarray:
     """Clean 81-character boards ('.' or '0' blank) -> (N, 81) int8 digits, vectorised."""
     strings = list(strings)
     if not strings:
-        return np.zeros((0, sudoku.N_CELLS), dtype=np.int8)
+        return np.zeros((0, sudoku.board.N_CELLS), dtype=np.int8)
     raw = np.frombuffer("".join(strings).encode("latin-1", errors="replace"), dtype=np.uint8)
-    if raw.size != len(strings) * sudoku.N_CELLS:
+    if raw.size != len(strings) * sudoku.board.N_CELLS:
         raise ValueError("boards must be 81 characters each")
-    return _DIGIT_OF_BYTE[raw].reshape(len(strings), sudoku.N_CELLS)
+    return _DIGIT_OF_BYTE[raw].reshape(len(strings), sudoku.board.N_CELLS)
 
 
 def digits_to_strings(digits: np.ndarray) -> list[str]:
     """(N, 81) digits -> 81-character strings with '.' blanks (the hub's format)."""
     text = np.frombuffer(b".123456789", dtype=np.uint8)[np.asarray(digits, dtype=np.int64)].tobytes().decode()
-    return [text[i:i + sudoku.N_CELLS] for i in range(0, len(text), sudoku.N_CELLS)]
+    return [text[i:i + sudoku.board.N_CELLS] for i in range(0, len(text), sudoku.board.N_CELLS)]
 
 
 # -----------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def load_puzzles(spec: str, data_dir: str = DATA_DIR) -> Puzzles:
             raise SystemExit(f"{path} cannot be read ({type(e).__name__}): {rebuild}") from None
         if len(frame) != len(boards) or not np.array_equal(strings_to_digits(frame["question"]), boards[:, 0]):
             raise SystemExit(f"{path} and {spec}.npy hold different puzzles: {rebuild}")
-        return Puzzles(sudoku.digits_to_tokens(boards[:, 0]), sudoku.digits_to_tokens(boards[:, 1]), frame)
+        return Puzzles(sudoku.board.digits_to_tokens(boards[:, 0]), sudoku.board.digits_to_tokens(boards[:, 1]), frame)
     if not os.path.isfile(spec):
         raise SystemExit(f"no split or file named {spec!r}: use train, val, test or a path to a "
                          ".csv / .parquet / .jsonl / .txt file of puzzles")
@@ -83,10 +83,10 @@ def load_puzzles(spec: str, data_dir: str = DATA_DIR) -> Puzzles:
         frame, _ = check_puzzles(frame, where, spec, skip_invalid=False)
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    question = sudoku.digits_to_tokens(strings_to_digits(frame["question"]))
+    question = sudoku.board.digits_to_tokens(strings_to_digits(frame["question"]))
     answer = None
     if "answer" in frame and frame["answer"].notna().all():
-        answer = sudoku.digits_to_tokens(strings_to_digits(frame["answer"]))
+        answer = sudoku.board.digits_to_tokens(strings_to_digits(frame["answer"]))
     return Puzzles(question, answer, frame)
 
 
@@ -132,7 +132,7 @@ def _read_text(path: str) -> tuple[pd.DataFrame, list[str]]:
             if not line:
                 continue
             fields = line.split()
-            if len(fields) == 2 and len(fields[0]) == len(fields[1]) == sudoku.N_CELLS:
+            if len(fields) == 2 and len(fields[0]) == len(fields[1]) == sudoku.board.N_CELLS:
                 questions.append(fields[0])
                 answers.append(fields[1])
             else:
@@ -152,12 +152,12 @@ def _parse_column(values) -> tuple[np.ndarray, np.ndarray]:
     """Boards as text (whitespace ignored) -> (N, 81) digits and a per-row status: 0 ok, 1 wrong length, 2 bad character."""
     cleaned = ["".join(v.split()) if isinstance(v, str) else "" for v in values]
     lengths = np.fromiter(map(len, cleaned), dtype=np.int64, count=len(cleaned))
-    status = np.where(lengths == sudoku.N_CELLS, 0, 1)
-    digits = np.zeros((len(cleaned), sudoku.N_CELLS), dtype=np.int8)
+    status = np.where(lengths == sudoku.board.N_CELLS, 0, 1)
+    digits = np.zeros((len(cleaned), sudoku.board.N_CELLS), dtype=np.int8)
     ok = np.flatnonzero(status == 0)
     if ok.size:
         raw = np.frombuffer("".join(cleaned[i] for i in ok).encode("latin-1", errors="replace"), dtype=np.uint8)
-        d = _DIGIT_OF_BYTE[raw.reshape(ok.size, sudoku.N_CELLS)]
+        d = _DIGIT_OF_BYTE[raw.reshape(ok.size, sudoku.board.N_CELLS)]
         bad = (d < 0).any(axis=1)
         status[ok[bad]] = 2
         digits[ok] = np.maximum(d, 0)
@@ -165,14 +165,14 @@ def _parse_column(values) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _violations(digits: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
-    return np.concatenate([sudoku.count_violations_batch(digits[i:i + chunk])
+    return np.concatenate([sudoku.board.count_violations_batch(digits[i:i + chunk])
                            for i in range(0, len(digits), chunk)] or [np.zeros(0, dtype=np.int64)])
 
 
 def solve_row(question: str) -> tuple[int, str | None, int]:
     """An 81-character question -> (number of solutions, capped at 2; the solution or None; backtracks)."""
-    n, solution, backtracks = sudoku.analyse(sudoku.parse_board(question))
-    return n, (sudoku.format_board(solution) if solution is not None else None), backtracks
+    n, solution, backtracks = sudoku.board.analyse(sudoku.board.parse_board(question))
+    return n, (sudoku.board.format_board(solution) if solution is not None else None), backtracks
 
 
 def check_puzzles(frame: pd.DataFrame, where: list[str], origin: str, skip_invalid: bool,
@@ -240,7 +240,7 @@ def check_puzzles(frame: pd.DataFrame, where: list[str], origin: str, skip_inval
 def _detail(frame: pd.DataFrame, i: int, reason: str) -> str:
     if reason in ("wrong length", "bad character"):
         try:
-            sudoku.parse_board(str(frame["question"].iloc[i]))
+            sudoku.board.parse_board(str(frame["question"].iloc[i]))
         except ValueError as e:
             return f" ({e})"
     return ""

@@ -29,8 +29,8 @@ import torch
 from tqdm import tqdm
 
 import relay
-from devices import uses_bf16
-from sudoku import DIGIT0, MASK, N_CELLS, count_violations_batch
+from common import uses_bf16
+from sudoku.board import DIGIT0, MASK, N_CELLS, count_violations_batch
 
 # (step, puzzle indices into `questions`, their boards after that forward, cells it committed)
 BoardHook = relay.StepHook
@@ -120,9 +120,9 @@ def decode_boards(model: torch.nn.Module, questions: torch.Tensor, tau: float = 
 
 
 def token_violations(tokens: torch.Tensor) -> torch.Tensor:
-    """(N, 81) token ids -> (N,) sudoku.count_violations_batch of their digits, on the tokens' device.
+    """(N, 81) token ids -> (N,) sudoku.board.count_violations_batch of their digits, on the tokens' device.
 
-    A digit id 1..9 is filled; anything else, [MASK] included, is blank (as sudoku.tokens_to_digits).
+    A digit id 1..9 is filled; anything else, [MASK] included, is blank (as sudoku.board.tokens_to_digits).
     """
     digits = tokens.long() - DIGIT0
     return count_violations_batch(torch.where((digits >= 1) & (digits <= 9), digits, 0))
@@ -169,7 +169,7 @@ def check_questions(questions: torch.Tensor) -> None:
     if not bool(ok.all()):
         bad = questions[~ok][0].item()
         raise ValueError(f"questions may only hold [MASK]={MASK} and digit ids {DIGIT0 + 1}..{DIGIT0 + 9}, "
-                         f"found {bad}; build them with sudoku.digits_to_tokens")
+                         f"found {bad}; build them with sudoku.board.digits_to_tokens")
 
 
 def decode_puzzles(model: torch.nn.Module, questions: torch.Tensor, tau: float = 0.15, max_steps: int = 64,

@@ -5,20 +5,20 @@ data_dir/{split}.npy holds puzzle i's clues at [i, 0] and its solution at [i, 1]
 {split}.parquet, which keeps every column for inspection and the cohorts); training reads
 one with a single memory-mapped np.load, without pandas.
 
-    from sudoku_data import load_split, split_tokens
+    from sudoku.data import load_split, split_tokens
     question, answer = split_tokens(load_split("train"))  # (N, 81) uint8 token ids, blanks = [MASK]
 """
 import os
 
 import numpy as np
 
-import sudoku
+import sudoku.board
 
 SPLITS = ("train", "val", "test")
 DATA_DIR = "data/sudoku"
 
-# digit -> token id (blank -> [MASK]), as sudoku.digits_to_tokens but staying uint8 (ids < 17)
-_TOKEN_OF_DIGIT = sudoku.digits_to_tokens(np.arange(10)).astype(np.uint8)
+# digit -> token id (blank -> [MASK]), as sudoku.board.digits_to_tokens but staying uint8 (ids < 17)
+_TOKEN_OF_DIGIT = sudoku.board.digits_to_tokens(np.arange(10)).astype(np.uint8)
 
 
 def split_path(data_dir: str, split: str) -> str:
@@ -55,7 +55,7 @@ def load_split(split: str, data_dir: str = DATA_DIR) -> np.ndarray:
     except (OSError, ValueError) as e:
         raise SystemExit(f"{path} is not a readable array file ({type(e).__name__}): rebuild it with "
                          f"`{command} --force`") from None
-    if boards.dtype != np.uint8 or boards.ndim != 3 or boards.shape[1:] != (2, sudoku.N_CELLS):
+    if boards.dtype != np.uint8 or boards.ndim != 3 or boards.shape[1:] != (2, sudoku.board.N_CELLS):
         raise SystemExit(f"{path} holds a {boards.dtype} array of shape {boards.shape}, not (N, 2, 81) uint8 digits: "
                          f"rebuild it with `{command} --force`")
     return boards

@@ -1,5 +1,20 @@
-"""One run per out_dir, for both trainers (train_sudoku.py, train_fastdllm.py): docs/reliability.md.
+"""What both experiments share (train_sudoku.py, train_fastdllm.py, sample.py, eval_code.py, ...), in three
+sections: docs/reliability.md.
 
+Devices
+- `pick_device` / `uses_bf16`: device `auto` means CUDA, then Apple's MPS, then the CPU; dtype `auto`
+  means bf16 autocast on CUDA and fp32 elsewhere.
+
+Checkpoint files that say when they are damaged
+- `save_checkpoint` / `load_checkpoint`: torch.save writes an uncompressed zip whose tensor records
+  torch.load reads without checking their CRC, so a flipped byte in a weight loads silently.
+  save_checkpoint therefore stores `checksum` = sha256 over every entry of the checkpoint (tensors: name,
+  dtype, shape and raw bytes; other values: their repr), walked in sorted key order, and load_checkpoint
+  recomputes it.
+- `save_weights` / `load_weights` / `load_model`: the Sudoku model's files (a train_sudoku.py checkpoint
+  or a .safetensors file); model.py holds only the architecture.
+
+One run per out_dir, for both trainers
 - `hold(out_dir, patterns, ...)`: refuse a fresh run over an existing one (unless overwrite) and a resume
   with nothing to resume, then hold `out_dir/run.lock` while the run trains. Under torchrun only rank 0
   checks and locks (for every rank); a lock left by a killed run is detected and replaced.
@@ -17,11 +32,162 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
+
+from model import SudokuTransformer, model_from_checkpoint, model_from_config
+
+
+# =============================================================================
+# devices
+# =============================================================================
+
+
+def pick_device(name: str, allow_mps: bool = True) -> str:
+    """The device a run asked for; `auto` resolves to cuda, mps (when allow_mps) or cpu, in that order."""
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if allow_mps and torch.backends.mps.is_available() else "cpu"
+
+
+def uses_bf16(dtype: str, device_type: str) -> bool:
+    """Whether a run with this dtype setting (auto | bfloat16 | float32) runs under bf16 autocast: auto
+    does on CUDA (the paper's runs), not elsewhere (bf16 is slow on CPUs without avx512_bf16)."""
+    return dtype == "bfloat16" or (dtype == "auto" and device_type == "cuda")
+
+
+# =============================================================================
+# checkpoint files
+# =============================================================================
+
+CHECKSUM_KEY = "checksum"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message is one line naming the file."""
+
+
+def _feed(h: "hashlib._Hash", name: str, value) -> None:
+    if isinstance(value, torch.Tensor):
+        t = value.detach().to("cpu").contiguous().reshape(-1)
+        h.update(f"{name}:tensor:{t.dtype}:{tuple(value.shape)}:".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, dict):
+        h.update(f"{name}:dict:{len(value)}:".encode())
+        for key in sorted(value, key=repr):
+            _feed(h, f"{name}/{key!r}", value[key])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{name}:{type(value).__name__}:{len(value)}:".encode())
+        for i, item in enumerate(value):
+            _feed(h, f"{name}/{i}", item)
+    else:  # int, float, str, bool, None, torch.Size ...
+        h.update(f"{name}:{type(value).__name__}:{value!r};".encode())
+
+
+def checksum(ckpt: dict) -> str:
+    """sha256 hex digest of every entry of `ckpt` except the checksum itself, in a fixed order."""
+    h = hashlib.sha256()
+    _feed(h, "", {k: v for k, v in ckpt.items() if k != CHECKSUM_KEY})
+    return h.hexdigest()
+
+
+def save_checkpoint(ckpt: dict, path: str) -> None:
+    """torch.save with the checksum added, written to path.tmp then renamed: a crash mid-write never
+    leaves a truncated file at `path`."""
+    tmp = path + ".tmp"
+    torch.save(ckpt | {CHECKSUM_KEY: checksum(ckpt)}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, map_location="cpu", required: tuple[str, ...] = ()) -> dict:
+    """torch.load (weights only) + checksum check; CheckpointError with one line on any problem.
+
+    required: keys the checkpoint must have (a file from another program lacks them). A checkpoint
+    written before checksums existed loads with a warning on stderr."""
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path} is a directory, not a checkpoint file")
+    if not os.path.exists(path):
+        raise CheckpointError(f"no checkpoint at {path}")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes): not a checkpoint")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # truncated zip, foreign pickle, ...: torch raises many types
+        detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise CheckpointError(f"cannot read checkpoint {path} ({type(e).__name__}{': ' + detail if detail else ''})") from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dict")
+    missing = [k for k in required if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"{path} is not a train_sudoku.py checkpoint (no {', '.join(map(repr, missing))} entries)")
+    saved = ckpt.get(CHECKSUM_KEY)
+    if saved is None:
+        print(f"warning: {path} has no checksum (written before checksums were added); its bytes are not verified",
+              file=sys.stderr)
+    elif saved != checksum(ckpt):
+        raise CheckpointError(f"{path} is corrupted: its contents do not match the sha256 checksum stored in it; "
+                              "restore it from a copy or retrain")
+    return ckpt
+
+
+# -----------------------------------------------------------------------------
+# the Sudoku model's files: a train_sudoku.py checkpoint (checksummed, above) or a .safetensors file
+# (model.py holds the architecture only, so that it can be copied with relay.py alone)
+
+
+def save_weights(model: SudokuTransformer, path: str, metadata: dict[str, str]) -> None:
+    """Weights only, as safetensors: fp32 tensors plus the model config and `metadata` (str -> str)."""
+    from safetensors.torch import save_file
+    state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, path, metadata={**metadata, "model_config": json.dumps(asdict(model.config))})
+
+
+def load_weights(path: str, device: str = "cpu") -> tuple[SudokuTransformer, dict]:
+    """Load a save_weights file in eval mode. Returns (model, metadata with "config" parsed if present)."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+    try:
+        with safe_open(path, "pt") as f:
+            meta = dict(f.metadata() or {})
+        state = load_file(path)
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
+    if "model_config" not in meta:
+        raise ValueError(f"{path} has no model_config in its metadata: not written by common.save_weights")
+    model = model_from_config(json.loads(meta.pop("model_config")))
+    model.load_state_dict(state)
+    meta["config"] = json.loads(meta.get("config", "{}"))
+    return model.to(device).eval(), meta
+
+
+def load_model(path: str, device: str = "cpu", ema: bool = True) -> tuple[SudokuTransformer, dict]:
+    """Load a train_sudoku.py checkpoint (out_dir or a .pt file) or a .safetensors file in eval mode.
+
+    Uses the EMA weights when the checkpoint has them and ema=True (as the paper's evaluation did),
+    else the raw weights. A .safetensors file holds one set of weights (the reference models hold
+    their EMA weights). Returns (model, run_config_dict).
+    """
+    if path.endswith(".safetensors"):
+        model, meta = load_weights(path, device)
+        return model, meta["config"]
+    if os.path.isdir(path):
+        path = os.path.join(path, "ckpt.pt")
+    if not os.path.exists(path):
+        raise ValueError(f"no checkpoint at {path}: train one with `python train_sudoku.py config/cpu_mlm.py`")
+    ckpt = load_checkpoint(path, map_location=device, required=("model", "model_config"))
+    return model_from_checkpoint(ckpt, device, ema), dict(ckpt.get("config", {}))
+
+
+# =============================================================================
+# the run directory
+# =============================================================================
 
 LOCK_FILE = "run.lock"
 MANIFEST = "manifest.json"

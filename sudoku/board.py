@@ -13,7 +13,7 @@ tensors), an exact solver and a puzzle generator. The solver keeps one 9-bit can
 hidden singles, and searches depth-first on the cell with the fewest candidates; it
 is plain Python but fast enough to generate tens of thousands of minimal puzzles.
 
-    from sudoku import parse_board, solve, pretty_board
+    from sudoku.board import parse_board, solve, pretty_board
     print(pretty_board(solve(parse_board("4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"))))
 """
 import sys

@@ -19,9 +19,9 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-import sudoku
-from puzzle_files import digits_to_strings, strings_to_digits
-from sudoku_symmetry import apply_symmetry, invariant_keys, random_symmetry
+import sudoku.board
+from sudoku.puzzle_files import digits_to_strings, strings_to_digits
+from sudoku.symmetry import apply_symmetry, invariant_keys, random_symmetry
 
 LARSDOKU_COLLECTIONS = ("fn_fc_day1", "fn_fc_day2", "dr_d2b_mega", "unsolvable_combo", "killer_combo")
 INSTALL = "pip install larsdoku==4.0.0 (AGPL-3.0-or-later; read at run time, never copied into this repository)"
@@ -76,7 +76,7 @@ def read_top1465() -> pd.DataFrame:
     questions = strings_to_digits(puzzles)
     answers, ratings = [], []
     for q in questions:
-        n, solution, backtracks = sudoku.analyse(q)
+        n, solution, backtracks = sudoku.board.analyse(q)
         if n != 1:
             raise SystemExit(f"Top1465 puzzle {len(answers) + 1} has {n} solutions, expected exactly one")
         answers.append(solution)
@@ -121,11 +121,11 @@ def hard_seed(seed: int, stream: int, index: int) -> tuple[str, str, int] | None
     """Puzzle `index` of `stream`: a minimal puzzle (no clue can go) on a fresh random grid, as
     (question, answer, rating), or None when naked and hidden singles solve it (not hard enough)."""
     rng = np.random.default_rng([seed, stream, index])
-    solution = sudoku.random_grid(rng)
-    puzzle = sudoku.remove_clues(rng, solution, 0)
-    if sudoku.singles_solve(puzzle):
+    solution = sudoku.board.random_grid(rng)
+    puzzle = sudoku.board.remove_clues(rng, solution, 0)
+    if sudoku.board.singles_solve(puzzle):
         return None
-    return sudoku.format_board(puzzle), sudoku.format_board(solution), sudoku.rate(puzzle)
+    return sudoku.board.format_board(puzzle), sudoku.board.format_board(solution), sudoku.board.rate(puzzle)
 
 
 def _hard_seed_job(job: tuple[int, int, int]) -> tuple[str, str, int] | None:

@@ -1,15 +1,16 @@
-"""The committed reference models (reference/*.safetensors: the quick start's MLM and Relay trained on
-hard puzzles, and the earlier pair trained on the easy generated mix) still decode as when they were
-exported: exact match and mean NFE on committed puzzle sets are pinned.
+"""Pins, not evidence: the committed reference models (reference/*.safetensors: the quick start's MLM and
+Relay trained on hard puzzles, and the earlier pair trained on the easy generated mix) still decode as
+when they were exported: exact match and mean NFE on committed puzzle sets, compared with the values this
+code recorded then (tests/data/reference_metrics.json). They catch a change, not a wrong method.
 
-    python -m pytest tests/test_reference_models.py -q
-    python -m pytest tests/test_reference_models.py --device=cuda   # the same pins on a GPU (fp32)
-    python tests/test_reference_models.py --write hard_relay   # re-pin a model after exporting it anew
-    python tests/test_reference_models.py --compare --device=cuda   # pins vs fp32 and bf16 there, a table
-    python tests/test_reference_models.py --compare relay           # one model (the CPU smoke check's choice)
+    python -m pytest tests/test_pin_reference_models.py -q
+    python -m pytest tests/test_pin_reference_models.py --device=cuda   # the same pins on a GPU (fp32)
+    python tests/test_pin_reference_models.py --write hard_relay   # re-pin a model after exporting it anew
+    python tests/test_pin_reference_models.py --compare --device=cuda   # pins vs fp32 and bf16 there, a table
+    python tests/test_pin_reference_models.py --compare relay           # one model (the CPU smoke check's choice)
 
 The puzzles are committed, so a generator change cannot move the pins: the easy pair decodes
-tests/data/reference_puzzles.txt (100 from sudoku.generate_puzzle and 100 twins on independently
+tests/data/reference_puzzles.txt (100 from sudoku.board.generate_puzzle and 100 twins on independently
 sampled grids), the hard pair tests/data/hard_reference_puzzles.txt (100 fresh puzzles of the
 generator's hard mode; Top1465 itself may not be copied into the repository). fp32 matmuls differ
 slightly between CPUs (AVX2, AVX-512) and can flip a close confidence comparison, so the pins carry a
@@ -29,9 +30,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from model import load_model  # noqa: E402
-from sudoku import digits_to_tokens, format_board, parse_board, tokens_to_digits  # noqa: E402
-from sudoku_decode import decode_boards  # noqa: E402
+from common import load_model  # noqa: E402
+from sudoku.board import digits_to_tokens, format_board, parse_board, tokens_to_digits  # noqa: E402
+from sudoku.decode import decode_boards  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests", "data")
 PUZZLES = os.path.join(DATA, "reference_puzzles.txt")
@@ -67,7 +68,7 @@ def measure(name: str, device: str = "cpu", dtype: str = "float32") -> dict[str,
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_reference_model_metrics_are_pinned(name, device):
+def test_pin_reference_model_metrics(name, device):
     """In fp32 on any device: a GPU's fp32 kernels differ from a CPU's as two CPUs' do (within the tolerance)."""
     pinned = json.load(open(PINS))[name]
     got = measure(name, device)
@@ -75,32 +76,6 @@ def test_reference_model_metrics_are_pinned(name, device):
     for which in pinned:
         assert abs(got[which]["exact"] - pinned[which]["exact"]) <= EXACT_TOLERANCE, (which, got, pinned)
         assert abs(got[which]["mean_nfe"] - pinned[which]["mean_nfe"]) <= MODELS[name][2], (which, got, pinned)
-
-
-def test_weights_file_round_trip(tmp_path):
-    """save_weights -> load_model gives the same model in eval mode (dropout 0.1 here, so a loader that
-    left the model in train mode fails; so does one that dropped the relay LayerNorm or the config)."""
-    from model import ModelConfig, SudokuTransformer, save_weights
-    torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, relay=True, pos_emb=True))
-    with torch.no_grad():
-        model.relay_norm.bias.normal_()
-    path = str(tmp_path / "m.safetensors")
-    save_weights(model.eval(), path, {"config": json.dumps({"objective": "relay"})})
-    loaded, config = load_model(path)
-    tokens = torch.randint(0, 17, (3, 81))
-    h = torch.randn(3, 81, 32)
-    assert config == {"objective": "relay"} and loaded.config == model.config
-    assert torch.equal(loaded(tokens, h)[0], model(tokens, h)[0])
-
-
-def test_weights_file_errors_are_one_line(tmp_path):
-    bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(b"not a safetensors file")
-    for path in (str(bad), str(tmp_path / "missing.safetensors")):
-        with pytest.raises(ValueError) as e:
-            load_model(path)
-        assert path in str(e.value) and "\n" not in str(e.value)
 
 
 def write(names: list[str]) -> None:
@@ -143,5 +118,5 @@ if __name__ == "__main__":
             raise SystemExit(f"usage: --compare [--device=D] [MODEL ...] (models: {', '.join(MODELS)})")
         compare(devices[0] if devices else "cpu", names)
     else:
-        raise SystemExit("usage: python tests/test_reference_models.py --write [MODEL ...] | --compare [--device=D] [MODEL ...]"
+        raise SystemExit("usage: python tests/test_pin_reference_models.py --write [MODEL ...] | --compare [--device=D] [MODEL ...]"
                          f" (models: {', '.join(MODELS)}; --write alone pins those without a pin)")
