@@ -34,7 +34,7 @@ from sudoku.decode import decode_boards
 REFERENCES = {"hard": {"MLM": "reference/hard_mlm.safetensors", "Relay": "reference/hard_relay.safetensors"},
               # the earlier pair, trained on the easy generated mix (17-45 clues; docs/results.md)
               "easy": {"MLM": "reference/mlm.safetensors", "Relay": "reference/relay.safetensors"}}
-TAUS = (0.02, 0.05, 0.10, 0.15, 0.25)  # the paper's sweep reaches 0.05; hard puzzles reward lower thresholds
+HARD_TAUS = (0.02, 0.05, 0.10, 0.15, 0.25)  # the paper's sweep reaches 0.05; hard puzzles reward lower thresholds
 COLORS = {"MLM": "C0", "Relay": "C3"}
 
 
@@ -62,7 +62,7 @@ def fresh_hard(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def sweep(model: torch.nn.Module, questions: np.ndarray, answers: np.ndarray) -> list[dict]:
     """Exact match and mean NFE per puzzle (the puzzle's own forward passes) at each τ."""
     out = []
-    for tau in TAUS:
+    for tau in HARD_TAUS:
         pred, nfe, _ = decode_boards(model, torch.as_tensor(questions), tau=tau)
         exact = (pred == torch.as_tensor(answers)).all(1).float().mean().item()
         out.append({"tau": tau, "exact": exact, "nfe": nfe.float().mean().item(), "n": len(questions)})
@@ -75,7 +75,7 @@ def curve(points: list[dict]) -> list[sudoku.frontier.Point]:
 
 def report(results: dict[str, dict[str, list[dict]]]) -> str:
     """Markdown: exact match / NFE at each τ, then each set's accuracy at matched NFE."""
-    lines = ["| puzzles | model | " + " | ".join(f"τ = {t:g}" for t in TAUS) + " |", "|---|---|" + "---|" * len(TAUS)]
+    lines = ["| puzzles | model | " + " | ".join(f"τ = {t:g}" for t in HARD_TAUS) + " |", "|---|---|" + "---|" * len(HARD_TAUS)]
     for name, by_model in results.items():
         for model, points in by_model.items():
             cells = [f"{100 * p['exact']:.1f}% / {p['nfe']:.1f}" for p in points]
@@ -88,10 +88,10 @@ def report(results: dict[str, dict[str, list[dict]]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict[str, dict[str, list[dict]]], path: str) -> None:
+def save_figure(results: dict[str, dict[str, list[dict]]], path: str) -> None:
     panels = {f"{name} ({next(iter(by_model.values()))[0]['n']} puzzles)":
               {m: [curve(points)] for m, points in by_model.items()} for name, by_model in results.items()}
-    taus = ", ".join(f"{t:g}" for t in TAUS)
+    taus = ", ".join(f"{t:g}" for t in HARD_TAUS)
     sudoku.frontier.plot_panels(panels, COLORS, f"exact match against mean NFE per puzzle, τ ∈ {{{taus}}}", path)
 
 
@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     with open(os.path.join(args.out_dir, "results.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out_dir, "results.json"), "w") as f:
-        json.dump({"models": args.models, "n": args.n, "seed": args.seed, "taus": TAUS, "results": results}, f, indent=1)
+        json.dump({"models": args.models, "n": args.n, "seed": args.seed, "taus": HARD_TAUS, "results": results}, f, indent=1)
     figure = os.path.join(args.out_dir, "quickstart.png")
-    plot(results, figure)
+    save_figure(results, figure)
     print(f"\nwrote {figure} and results.md / results.json in {time.time() - start:.0f} s")
 
 

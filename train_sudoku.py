@@ -175,7 +175,7 @@ def load_resume(ckpt_path: str) -> dict:
         raise SystemExit(f"resume: {e}") from None
 
 
-def resume_config(resume: dict, cfg: TrainConfig, ckpt_path: str) -> dict:
+def checked_resume_config(resume: dict, cfg: TrainConfig, ckpt_path: str) -> dict:
     """The checkpoint's run config with this run's accepted changes (common.resume_config)."""
     return common.resume_config(resume["config"], config_to_dict(cfg), config_to_dict(TrainConfig()), resume["step"],
                                  RESUME_RULES, cfg.allow_config_change, ckpt_path)
@@ -271,7 +271,7 @@ def check_data(cfg: TrainConfig) -> None:
         if not os.path.exists(path):
             if paper and not os.path.exists(os.path.join(cfg.data_dir, f"{split}.parquet")):
                 raise SystemExit(f"{path} not found: build the paper's data with `{hub}`")
-            return None  # load_split says what to run (also for data written by an older prepare_data.py)
+            return None  # load_training_split says what to run (also for data written by an older prepare_data.py)
         try:
             return len(np.load(path, mmap_mode="r"))  # reads the header only
         except (OSError, ValueError) as e:  # truncated or not an array file at all
@@ -290,7 +290,7 @@ def check_data(cfg: TrainConfig) -> None:
             f"{n_eval:,} puzzles: validating on all {n_eval:,}")
 
 
-def load_split(split: str, data_dir: str) -> types.SimpleNamespace:
+def load_training_split(split: str, data_dir: str) -> types.SimpleNamespace:
     """A prepared split (data_dir/{split}.npy, read in one call): .question / .answer (N, 81) uint8 token arrays."""
     question, answer = sudoku.data.split_tokens(sudoku.data.load_split(split, data_dir))
     return types.SimpleNamespace(question=question, answer=answer)
@@ -489,7 +489,7 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     log_path = os.path.join(cfg.out_dir, "metrics.jsonl")
     resume = load_resume(ckpt_path) if cfg.resume else None
-    run_config = resume_config(resume, cfg, ckpt_path) if resume is not None else config_to_dict(cfg)
+    run_config = checked_resume_config(resume, cfg, ckpt_path) if resume is not None else config_to_dict(cfg)
 
     x0_all, q_all, val_q, val_a = load_data(cfg, train_data, val_data, master)
 
@@ -565,7 +565,7 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
 
 def load_data(cfg: TrainConfig, train_data, val_data, master: bool) -> tuple:
     """Training answers and questions, and (on the master, when validating) the first eval_puzzles of eval_split."""
-    train_data = train_data if train_data is not None else load_split("train", cfg.data_dir)
+    train_data = train_data if train_data is not None else load_training_split("train", cfg.data_dir)
     x0_all, q_all = as_tensor(train_data.answer), as_tensor(train_data.question)
     # checked once here, so that a bad row is a clear error at load; the per-step check in relay.py is
     # then a device-side assert on GPUs (no host sync per step)
@@ -575,7 +575,7 @@ def load_data(cfg: TrainConfig, train_data, val_data, master: bool) -> tuple:
                          "answers must be complete solutions")
     val_q = val_a = None
     if master and cfg.eval_puzzles > 0:
-        val_data = val_data if val_data is not None else load_split(cfg.eval_split, cfg.data_dir)
+        val_data = val_data if val_data is not None else load_training_split(cfg.eval_split, cfg.data_dir)
         val_q = as_tensor(val_data.question)[: cfg.eval_puzzles]
         val_a = as_tensor(val_data.answer)[: cfg.eval_puzzles]
     return x0_all, q_all, val_q, val_a

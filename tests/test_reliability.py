@@ -107,7 +107,7 @@ def test_a_live_lock_refuses_and_a_stale_one_is_replaced(tmp_path, capsys):
 def _cli(*args: str) -> list[str]:
     """train_sudoku.main in a fresh interpreter, on the tests' tiny puzzles instead of data_dir."""
     code = ("import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; import train_sudoku as ts, "
-            "test_train_sudoku as t; ts.load_split = lambda split, d: t.TRAIN if split == 'train' else t.VAL; "
+            "helpers as t; ts.load_training_split = lambda split, d: t.TRAIN if split == 'train' else t.VAL; "
             "ts.main(sys.argv[1:])")
     return [sys.executable, "-c", code, ROOT, os.path.join(ROOT, "tests"), *TINY, *args]
 
