@@ -481,6 +481,24 @@ class BatchOrder:
         return np.asarray(rows)
 
 
+def _parsed(lines: list[str]):
+    """(line, record) for every line of metrics.jsonl that parses; a line cut short by a kill mid-write
+    does not."""
+    for line in lines:
+        try:
+            yield line, json.loads(line)
+        except ValueError:
+            continue
+
+
+def read_records(log_path: str) -> list[dict]:
+    """The readable records of metrics.jsonl, in order (none when the file does not exist)."""
+    if not os.path.exists(log_path):
+        return []
+    with open(log_path) as f:
+        return [record for _, record in _parsed(f.readlines())]
+
+
 def drop_records_after(log_path: str, step: int) -> None:
     """Forget the log lines of steps after the checkpoint: a run killed between two checkpoints logged
     steps it is about to redo, and metrics.jsonl must list every step once."""
@@ -488,14 +506,8 @@ def drop_records_after(log_path: str, step: int) -> None:
         return
     with open(log_path) as f:
         lines = f.readlines()
-    kept = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a kill mid-write
-        if record["step"] <= step:
-            kept.append(line if line.endswith("\n") else line + "\n")
+    kept = [line if line.endswith("\n") else line + "\n"
+            for line, record in _parsed(lines) if record["step"] <= step]
     if kept != lines:
         tmp = log_path + ".tmp"
         with open(tmp, "w") as f:

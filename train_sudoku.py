@@ -75,7 +75,7 @@ class TrainConfig:
     buffer_init: str = "cold"  # cold (paper: refilled slots start all-masked) | staggered
     eval_tau: float = 0.15
     eval_max_steps: int = 64
-    stop_on_collapse: bool = False  # stop at a validation past warm-up with exact match and legal rate both 0
+    stop_on_collapse: bool = False  # stop at a collapsed validation: exact match and legal rate 0, token acc not rising
     # model
     n_layer: int = 4
     n_head: int = 6
@@ -336,14 +336,8 @@ def collapse_message(metrics: dict, cfg: TrainConfig, previous_token_acc: float 
 
 def previous_token_acc(log_path: str, step: int) -> float | None:
     """The token accuracy of the last validation before `step` in metrics.jsonl (None: there was none)."""
-    found = None
-    if os.path.exists(log_path):
-        with open(log_path) as f:
-            for line in f:
-                record = json.loads(line) if line.strip() else {}
-                if "val/token_acc" in record and record["step"] < step:
-                    found = record["val/token_acc"]
-    return found
+    before = [r["val/token_acc"] for r in common.read_records(log_path) if "val/token_acc" in r and r["step"] < step]
+    return before[-1] if before else None
 
 
 def rng_state(gen: torch.Generator, device: str) -> dict:

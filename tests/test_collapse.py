@@ -60,11 +60,12 @@ def test_a_run_still_learning_on_hard_puzzles_is_not_called_collapsed(tmp_path):
     0.8M Relay run on larsdoku's puzzles at 0 / 0 through step 750, token accuracy 0.20, 0.24, 0.30). Such a
     run is not collapsed while its token accuracy rises since the previous validation in metrics.jsonl; a
     0 / 0 run whose token accuracy stalls is. Catches (each tried: fails): the previous validation ignored;
-    the current step's own record taken as the previous one (never rising)."""
+    the current step's own record taken as the previous one (never rising); a last line cut short by a kill
+    crashing the read."""
     log = tmp_path / "metrics.jsonl"
     records = [{"step": 250, "val/exact": 0.0, "val/token_acc": 0.20}, {"step": 260, "loss": 2.0},
                {"step": 500, "val/exact": 0.0, "val/token_acc": 0.24}, {"step": 750, "val/exact": 0.0, "val/token_acc": 0.30}]
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 760, "val/tok')  # cut by a kill
     assert ts.previous_token_acc(str(log), 750) == 0.24
     assert ts.previous_token_acc(str(log), 250) is None and ts.previous_token_acc(str(tmp_path / "none"), 9) is None
     c = cfg("--warmup_iters=100")
