@@ -75,7 +75,7 @@ class TrainConfig:
     buffer_init: str = "cold"  # cold (paper: refilled slots start all-masked) | staggered
     eval_tau: float = 0.15
     eval_max_steps: int = 64
-    stop_on_collapse: bool = False  # stop at a collapsed validation: exact match and legal rate 0, token acc not rising
+    stop_on_collapse: bool = False  # stop at a collapsed validation (collapse_message): exact and legal 0, not learning
     # model
     n_layer: int = 4
     n_head: int = 6
@@ -318,16 +318,20 @@ def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.T
             "legal": legal}
 
 
-def collapse_message(metrics: dict, cfg: TrainConfig, previous_token_acc: float | None = None) -> str | None:
+def collapse_message(metrics: dict, cfg: TrainConfig, previous_token_acc: float | None = None,
+                     solved_before: bool = False) -> str | None:
     """The loud line for a collapsed run, or None: past warm-up, a validation with exact match and legal rate
-    both 0 and token accuracy not above the previous validation's. Runs of the paper's setup that collapsed
-    (4 of 48 known tied 300k-step runs) sat there from their first validation on and never recovered, so
-    the first such validation is worth announcing. On hard puzzles a healthy small model also solves none
-    for a long while; its rising token accuracy is what tells it apart."""
+    both 0, token accuracy not above the previous validation's, and no earlier validation that solved a
+    puzzle. Runs of the paper's setup that collapsed (4 of 48 known tied 300k-step runs) sat there from
+    their first validation on and never recovered, so the first such validation is worth announcing. On
+    hard puzzles a healthy small model also solves none for a long while, or solves one in 300 and then
+    none again; a rising token accuracy, or any earlier solved puzzle, tells it apart."""
     if metrics.get("step", 0) < cfg.warmup_iters or metrics.get("exact") != 0 or metrics.get("legal") != 0:
         return None
     if previous_token_acc is not None and metrics.get("token_acc", 0.0) > previous_token_acc:
         return None  # still learning, just not solving yet
+    if solved_before:
+        return None  # a weak run near 0 on hard puzzles, not one stuck from the start
     then = "stopping (stop_on_collapse=True)" if cfg.stop_on_collapse else "--stop_on_collapse=True stops such runs"
     return (f"!!! COLLAPSED at step {metrics['step']}: validation exact match 0 and legal rate 0 past warm-up, "
             f"token accuracy not rising; such runs of the paper's setup did not recover, restart with another "
@@ -338,6 +342,11 @@ def previous_token_acc(log_path: str, step: int) -> float | None:
     """The token accuracy of the last validation before `step` in metrics.jsonl (None: there was none)."""
     before = [r["val/token_acc"] for r in common.read_records(log_path) if "val/token_acc" in r and r["step"] < step]
     return before[-1] if before else None
+
+
+def solved_before(log_path: str, step: int) -> bool:
+    """Whether a validation before `step` in metrics.jsonl solved any puzzle (val/exact above 0)."""
+    return any(r.get("val/exact", 0.0) > 0 for r in common.read_records(log_path) if r["step"] < step)
 
 
 def rng_state(gen: torch.Generator, device: str) -> dict:
@@ -675,7 +684,9 @@ def stop_if_collapsed(run: SudokuRun, metrics: dict) -> bool:
     """Announce a collapsed run (collapse_message); True when it should stop (every rank decides alike)."""
     message = None
     if run.master:
-        message = collapse_message(metrics, run.cfg, previous_token_acc(run.log_path, metrics.get("step", 0)))
+        step = metrics.get("step", 0)
+        message = collapse_message(metrics, run.cfg, previous_token_acc(run.log_path, step),
+                                   solved_before(run.log_path, step))
     if message:
         print(message, file=sys.stderr, flush=True)
     stop = torch.tensor(float(bool(message) and run.cfg.stop_on_collapse), device=run.device if run.ddp else "cpu")

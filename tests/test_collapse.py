@@ -73,3 +73,22 @@ def test_a_run_still_learning_on_hard_puzzles_is_not_called_collapsed(tmp_path):
     assert ts.collapse_message(rising, c, ts.previous_token_acc(str(log), 750)) is None
     stalled = rising | {"token_acc": 0.24}
     assert "COLLAPSED at step 750" in ts.collapse_message(stalled, c, ts.previous_token_acc(str(log), 750))
+
+
+def test_a_weak_run_that_once_solved_a_puzzle_is_not_called_collapsed(tmp_path):
+    """Seen on larsdoku's puzzles: a 0.8M Rollout run solved 1 of 300 validation puzzles at step 1,000, then
+    none at 1,250 and 1,500 with token accuracy flat (0.340, 0.339). Collapsed runs of the paper's setup
+    never solved one, so this run is weak, not collapsed. Catches (each tried: fails): earlier solved
+    validations ignored; the current step's own record counted as an earlier one."""
+    log = tmp_path / "metrics.jsonl"
+    records = [{"step": 1000, "val/exact": 1 / 300, "val/token_acc": 0.330}, {"step": 1100, "loss": 2.0},
+               {"step": 1250, "val/exact": 0.0, "val/token_acc": 0.340}, {"step": 1500, "val/exact": 0.0, "val/token_acc": 0.339}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert ts.solved_before(str(log), 1500) and not ts.solved_before(str(log), 1000)
+    c = cfg("--warmup_iters=100")
+    flat = {"step": 1500, "exact": 0.0, "legal": 0.0, "token_acc": 0.339}
+    assert ts.collapse_message(flat, c, ts.previous_token_acc(str(log), 1500), ts.solved_before(str(log), 1500)) is None
+    never = [{"step": s, "val/exact": 0.0, "val/token_acc": 0.2} for s in (250, 500)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in never))
+    stuck = {"step": 500, "exact": 0.0, "legal": 0.0, "token_acc": 0.2}
+    assert "COLLAPSED" in ts.collapse_message(stuck, c, ts.previous_token_acc(str(log), 500), ts.solved_before(str(log), 500))
