@@ -2,7 +2,8 @@
 results (no decoding here), against values computed by hand.
 
 Planted bugs seen to fail: the frontier read on the batch-512 NFE instead of the per-puzzle count;
-unfinished runs (no DONE.json) included; the seeds' spread replaced by the first seed's value.
+unfinished runs (no DONE.json) included; the seeds' spread replaced by the first seed's value; the
+token accuracy read from another key.
 """
 import json
 import os
@@ -12,13 +13,13 @@ from scripts import hard_study
 TAU_KEYS = ("0.01", "0.02", "0.05", "0.10", "0.15", "0.25")
 
 
-def kept(tmp_path, run: str, nfes: list[float], accs: list[float], done: bool = True) -> None:
+def kept(tmp_path, run: str, nfes: list[float], accs: list[float], done: bool = True, token_acc: float = 0.5) -> None:
     """A finished run directory and the sample.py JSON hard_study would have written for it."""
     run_dir = tmp_path / "runs" / run
     run_dir.mkdir(parents=True)
     if done:
         (run_dir / "DONE.json").write_text("{}")
-    results = {k: {"exact_match": a, "batch1_nfe": f, "batch_nfe": 64.0, "mean_nfe": f - 1, "legal_rate": a,
+    results = {k: {"exact_match": a, "token_accuracy": token_acc, "batch1_nfe": f, "batch_nfe": 64.0, "mean_nfe": f - 1, "legal_rate": a,
                    "violations_final": 1.0, "violating_snapshots": 2.0, "n": 500}
                for k, f, a in zip(TAU_KEYS, nfes, accs)}
     out = tmp_path / "runs" / "study" / run
@@ -28,15 +29,16 @@ def kept(tmp_path, run: str, nfes: list[float], accs: list[float], done: bool = 
 
 def test_table_and_matched_nfe_from_kept_results(tmp_path, monkeypatch, capsys):
     nfe = [40, 35, 30, 25, 20, 15]
-    kept(tmp_path, "mlm_s1", nfe, [0.30, 0.28, 0.25, 0.20, 0.10, 0.05])
+    kept(tmp_path, "mlm_s1", nfe, [0.30, 0.28, 0.25, 0.20, 0.10, 0.05], token_acc=0.40)
     kept(tmp_path, "mlm_s2", nfe, [0.40, 0.38, 0.35, 0.30, 0.20, 0.15])
-    kept(tmp_path, "relay_cold_s1", [44, 40, 36, 32, 28, 24], [0.50, 0.48, 0.45, 0.40, 0.35, 0.30])
+    kept(tmp_path, "relay_cold_s1", [44, 40, 36, 32, 28, 24], [0.50, 0.48, 0.45, 0.40, 0.35, 0.30], token_acc=0.60)
     kept(tmp_path, "rollout_cold_s1", nfe, [0.9] * 6, done=False)  # unfinished: left out
     monkeypatch.setattr(hard_study, "eval_sets", lambda args: {"Top1465": []})
     hard_study.main([f"--runs={tmp_path / 'runs'}"])
     text = (tmp_path / "runs" / "study" / "hard_study.md").read_text()
-    assert "| Top1465 (n = 500) | MLM | 2 | 15.0 ± 7.1 | 20.00 ± 0.00 |" in text  # τ = 0.15: 10% and 20%
-    assert "| Top1465 (n = 500) | Relay | 1 | 35.0 | 28.00 |" in text
+    # τ = 0.15: exact 10% and 20%, blank cells right 40% and 50%
+    assert "| Top1465 (n = 500) | MLM | 2 | 15.0 ± 7.1 | 45.0 ± 7.1 | 20.00 ± 0.00 |" in text
+    assert "| Top1465 (n = 500) | Relay | 1 | 35.0 | 60.0 | 28.00 |" in text
     assert "Rollout" not in text
     # budgets 24 .. 40 (the range all three curves cover); at 24: MLM 18% and 28% (between NFE 20 and 25),
     # Relay 30% +- sqrt(.3 * .7 / 500); at 40: MLM 30% and 40%, Relay 48%
