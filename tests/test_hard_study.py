@@ -45,3 +45,16 @@ def test_table_and_matched_nfe_from_kept_results(tmp_path, monkeypatch, capsys):
     assert "| MLM (2) | 23.0 ± 7.1 | 29.3 ± 7.1 | 32.8 ± 7.1 | 35.0 ± 7.1 |" in text
     assert "| Relay (1) | 30.0 ± 2.0 |" in text and "48.0 ± 2.2 |" in text
     assert (tmp_path / "runs" / "study" / "hard_study.png").exists()
+
+
+def test_sweeps_that_miss_each_other_are_named_with_their_nfe_spans(tmp_path, monkeypatch):
+    """Catches: the spans taken from one seed only, or from the accuracies instead of the NFE."""
+    kept(tmp_path, "mlm_s1", [16, 15, 13, 11, 10, 8], [0.7] * 6)
+    kept(tmp_path, "mlm_s2", [14, 13, 12, 10, 9, 7.5], [0.7] * 6)
+    kept(tmp_path, "relay_cold_s1", [32, 27, 23, 19, 17, 14], [0.6] * 6)
+    kept(tmp_path, "relay_cold_s2", [28, 24, 20, 18, 16.5, 17], [0.6] * 6)
+    monkeypatch.setattr(hard_study, "eval_sets", lambda args: {"Top1465": []})
+    hard_study.main([f"--runs={tmp_path / 'runs'}"])
+    text = (tmp_path / "runs" / "study" / "hard_study.md").read_text()
+    assert ("Top1465: no NFE range is covered by every run (NFE per puzzle each objective's runs cover together: "
+            "MLM 7.5-16.0, Relay 14.0-32.0)") in text
