@@ -83,12 +83,20 @@ def write_marker(path: str, record: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+PATH_KEYS = ("--out_dir", "--data_dir", "--init_from")  # one directory may be spelled relative or absolute
+
+
 def changed_args(old: list[str], new: list[str]) -> dict[str, tuple[str | None, str | None]]:
-    """{argument: (old value, new value)} for the --key=value and positional arguments that differ."""
+    """{argument: (old value, new value)} for the --key=value and positional arguments that differ; paths
+    are compared as the directories they name from the current directory (runs/x and /repo/runs/x agree)."""
     def as_dict(cmd: list[str]) -> dict[str, str]:
         return dict(a.split("=", 1) if a.startswith("--") and "=" in a else (f"argument {i}", a) for i, a in enumerate(cmd))
+
+    def same_path(key: str, x: str | None, y: str | None) -> bool:
+        return key in PATH_KEYS and x is not None and y is not None and os.path.realpath(x) == os.path.realpath(y)
     a, b = as_dict(old), as_dict(new)
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and not same_path(k, a.get(k), b.get(k))}
 
 
 def is_extension(changes: dict[str, tuple[str | None, str | None]], finished: bool = True) -> bool:

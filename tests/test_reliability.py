@@ -454,3 +454,27 @@ def test_runs_train_extends_budgets_and_never_deletes_a_run_without_replace(tmp_
     with pytest.raises(SystemExit, match="did not start"):
         runs.train("mlm", str(other), 1, [])
     assert (other / "ckpt.pt").read_text() == "mine"
+
+
+def test_runs_train_resumes_a_run_whose_paths_are_spelled_another_way(tmp_path, monkeypatch):
+    """A run started as /abs/runs/mlm_s1 with /abs/data is the same run when the same driver command is
+    given runs/mlm_s1 and data from that directory. Bug checked: the strings were compared, and the
+    interrupted run stopped the driver as "a run of another command (--out_dir: /abs/... -> runs/...)".
+    A data directory that really differs is still refused."""
+    calls = []
+
+    def fake_sh(cmd, log=None):  # stands in for train_sudoku.py: records the flags, writes a checkpoint
+        calls.append(cmd[4:])  # after python, train_sudoku.py, the config and --seed
+        out_dir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--out_dir="))
+        os.makedirs(out_dir, exist_ok=True)
+        open(os.path.join(out_dir, "ckpt.pt"), "a").write("x")
+    monkeypatch.setattr(runs, "sh", fake_sh)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "other").mkdir()
+    runs.train("mlm", str(tmp_path / "runs" / "mlm_s1"), 1, [f"--data_dir={tmp_path / 'data'}"])
+    os.remove(tmp_path / "runs" / "mlm_s1" / "DONE.json")  # interrupted
+    runs.train("mlm", "runs/mlm_s1", 1, ["--data_dir=data"])
+    assert calls[-1] == ["--out_dir=runs/mlm_s1", "--data_dir=data", "--resume=True"]
+    with pytest.raises(SystemExit, match="--data_dir: .* -> other"):
+        runs.train("mlm", "runs/mlm_s1", 1, ["--data_dir=other"])
