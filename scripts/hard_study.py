@@ -10,7 +10,12 @@ Evaluation sets: Top1465 (a classic hard collection, never trained on: prepare_d
 symmetric copies from train and val), the hard test split, Top1465's deduction-only cohort (Tim
 Vink's solver finishes it without brute force, using pairs or fish: the paper's cohort rule), and
 the easy generated mix (--easy_data_dir). Each (run, set) is one `sample.py` call whose JSON is kept
-in --out, so an interrupted study resumes; finished runs only (DONE.json from the driver).
+in --out, so an interrupted study resumes; finished runs only (DONE.json from the driver). A run with
+kept results and no run directory on this disk is reported from its JSON, so results committed from
+another machine (results/hard_study/) join the runs trained here:
+
+    python scripts/hard_study.py --runs=runs/hard --out=results/hard_study
+
 Outputs in --out: hard_study.md (the tables) and hard_study.png (the frontier, one panel per set).
 """
 import argparse
@@ -29,19 +34,27 @@ HEADLINE_TAU = 0.15
 RUN_NAME = re.compile(r"^(mlm|rollout|relay_sg|relay)(?:_cold)?_s(\d+)$")
 
 
-def finished_runs(run_dir: str) -> dict[str, list[tuple[int, str]]]:
-    """{objective: [(seed, run path)]} of the runs the driver finished (DONE.json), in objective order."""
+def finished_runs(run_dir: str, out_dir: str) -> dict[str, list[tuple[int, str]]]:
+    """{objective: [(seed, run path)]} of the runs to report, in objective order: those the driver finished
+    (DONE.json), and those with results kept in out_dir whose run directory is not on this disk (results
+    committed from another machine: reported, never re-evaluated). A run still training is left out."""
+    here = _listdir(run_dir)
+    names = {n for n in here if os.path.exists(os.path.join(run_dir, n, "DONE.json"))}
+    names |= {n for n in _listdir(out_dir) if os.path.isdir(os.path.join(out_dir, n)) and n not in here}
     found: dict[str, list[tuple[int, str]]] = {}
-    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else []:
+    for name in sorted(names):
         m = RUN_NAME.match(name)
-        path = os.path.join(run_dir, name)
-        if m and os.path.exists(os.path.join(path, "DONE.json")):
-            found.setdefault(m.group(1), []).append((int(m.group(2)), path))
+        if m:
+            found.setdefault(m.group(1), []).append((int(m.group(2)), os.path.join(run_dir, name)))
     return {o: sorted(found[o]) for o in runs.OBJECTIVES if o in found}
 
 
-def eval_sets(args: argparse.Namespace) -> dict[str, list[str]]:
-    """{set name: sample.py arguments}; a set whose data is missing is left out with a note."""
+def _listdir(path: str) -> list[str]:
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def eval_sets(args: argparse.Namespace) -> dict[str, list[str] | None]:
+    """{set name: sample.py arguments}, None for a set whose data is missing here (kept results only)."""
     top = os.path.join(args.data_dir, "top1465.parquet")
     sets = {"Top1465": [f"--data={top}", f"--n={args.n}"],
             "hard test split": ["--data=test", f"--data_dir={args.data_dir}", f"--n={args.n}"],
@@ -49,29 +62,41 @@ def eval_sets(args: argparse.Namespace) -> dict[str, list[str]]:
             "easy mix": ["--data=test", f"--data_dir={args.easy_data_dir}", f"--n={args.n}"]}
     need = {"Top1465": top, "hard test split": os.path.join(args.data_dir, "test.npy"),
             "Top1465 deduction-only": top, "easy mix": os.path.join(args.easy_data_dir, "test.npy")}
-    for name, path in need.items():
-        if not os.path.exists(path):
-            print(f"{name}: {path} not found, left out")
-            sets.pop(name)
-    if "Top1465 deduction-only" in sets:
+    missing = {name: f"{path} not found" for name, path in need.items() if not os.path.exists(path)}
+    if "Top1465 deduction-only" not in missing:
         import pyarrow.parquet as pq
         if "strategies_used" not in pq.read_schema(top).names:
-            print(f"Top1465 deduction-only: {top} has no solver fields (prepare_data.py --derive "
-                  "--derive_splits=top1465), left out")
-            sets.pop("Top1465 deduction-only")
+            missing["Top1465 deduction-only"] = (f"{top} has no solver fields (prepare_data.py --derive "
+                                                 "--derive_splits=top1465)")
+    for name, why in missing.items():
+        print(f"{name}: {why}; only kept results are reported")
+        sets[name] = None
     return sets
 
 
-def evaluate(run: str, name: str, sample_args: list[str], out_dir: str, taus: tuple[float, ...]) -> dict:
-    """One run on one set: the cohort's results by τ key, from a kept JSON or a fresh sample.py call."""
+def evaluate(run: str, name: str, sample_args: list[str] | None, out_dir: str, taus: tuple[float, ...],
+             scored: dict[str, tuple[str, dict | None]]) -> dict | None:
+    """One run on one set: the cohort's results by τ key, from a kept JSON or a fresh sample.py call;
+    None when neither the JSON nor the finished run is here. Every run of a set must have scored the same
+    puzzles as the first one (`scored`: set -> its first JSON and data source), or the study stops."""
     path = os.path.join(out_dir, os.path.basename(run), re.sub(r"\W+", "_", name).strip("_") + ".json")
+    done = os.path.join(run, "DONE.json")
+    if os.path.exists(path) and os.path.exists(done) and os.path.getmtime(done) > os.path.getmtime(path):
+        print(f"{name}: {run} finished training after its kept result was written: evaluating it anew")
+        os.remove(path)
     if not os.path.exists(path):
+        if sample_args is None or not os.path.exists(done):
+            why = "its data" if sample_args is None else f"its checkpoint ({run})"
+            print(f"{name}: no kept result of {os.path.basename(run)} and {why} is not here: left out of this set")
+            return None
         runs.sh([sys.executable, "sample.py", f"--ckpt={run}", f"--taus={','.join(f'{t:g}' for t in taus)}",
                  f"--out={path}.tmp", "--device=cpu", *sample_args])
         os.replace(path + ".tmp", path)
     with open(path) as f:
-        entry = json.load(f)["checkpoints"][0]["results"]
-    return next(iter(entry.values()))
+        kept = json.load(f)
+    first_seen = scored.setdefault(name, (path, kept.get("data_source")))
+    sudoku.report.check_same_puzzles(path, kept.get("data_source"), first_seen[1])
+    return next(iter(kept["checkpoints"][0]["results"].values()))
 
 
 def curve(results: dict) -> list[sudoku.frontier.Point]:
@@ -83,14 +108,16 @@ def curve(results: dict) -> list[sudoku.frontier.Point]:
 def table(results: dict[str, dict[str, list[dict]]], tau: float) -> str:
     """Per set and objective: seeds, then mean ± s.d. over seeds of Table 1's columns at τ, and the share of
     blank cells filled right (near 0% exact match on hard puzzles, the one column that still separates)."""
-    cols = [("exact_match", 100, "exact (%)"), ("token_accuracy", 100, "blank cells right (%)"), ("batch1_nfe", 1, "NFE per puzzle"), ("legal_rate", 100, "legal (%)"),
+    cols = [("exact_match", 100, "exact (%)"), ("token_accuracy", 100, "blank cells right (%)"),
+            ("batch1_nfe", 1, "NFE per puzzle"), ("legal_rate", 100, "legal (%)"),
             ("violations_final", 1, "violations, final board"), ("violating_snapshots", 1, "violating snapshots")]
     lines = ["| puzzles | objective | seeds | " + " | ".join(c[2] for c in cols) + " |", "|" + "---|" * (3 + len(cols))]
     for name, by_objective in results.items():
         for objective, seeds in by_objective.items():
             at = [s[sudoku.report.tau_key(tau)] for s in seeds]
             n = at[0]["n"]
-            cells = [sudoku.report._fmt([m[key] for m in at], scale, 1 if scale == 100 else 2) for key, scale, _ in cols]
+            cells = [sudoku.report._fmt([m[key] for m in at], scale, 1 if scale == 100 else 2)
+                     for key, scale, _ in cols]
             lines.append(f"| {name} (n = {n}) | {sudoku.report.OBJECTIVE_NAMES[objective]} | {len(seeds)} | "
                          + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -110,7 +137,8 @@ def matched(results: dict[str, dict[str, list[dict]]], k: int = 4) -> str:
             continue
         lines += [f"\n**{name}**: exact match (%) at matched NFE per puzzle (mean over seeds ± s.d. over seeds; "
                   "one seed: ± binomial s.e.)", "",
-                  "| objective | " + " | ".join(f"NFE {b:.1f}" for b in budgets) + " |", "|" + "---|" * (1 + len(budgets))]
+                  "| objective | " + " | ".join(f"NFE {b:.1f}" for b in budgets) + " |",
+                  "|" + "---|" * (1 + len(budgets))]
         for objective, cs in seeds.items():
             cells = []
             for b in budgets:
@@ -137,13 +165,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="", help="results directory (default: <runs>/study)")
     args = p.parse_args(argv)
     out = args.out or os.path.join(args.runs, "study")
-    found = finished_runs(args.runs)
+    found = finished_runs(args.runs, out)
     if not found:
-        raise SystemExit(f"no finished runs in {args.runs}: train them first (see this script's docstring)")
+        raise SystemExit(f"no finished runs in {args.runs} and no kept results in {out}: train them first "
+                         "(see this script's docstring)")
     results: dict[str, dict[str, list[dict]]] = {}
+    scored: dict[str, tuple[str, dict | None]] = {}
     for name, sample_args in eval_sets(args).items():
         for objective, seeds in found.items():
-            results.setdefault(name, {})[objective] = [evaluate(run, name, sample_args, out, TAUS) for _, run in seeds]
+            kept = [r for _, run in seeds if (r := evaluate(run, name, sample_args, out, TAUS, scored)) is not None]
+            if kept:
+                results.setdefault(name, {})[objective] = kept
     text = (f"Table 1's columns at τ = {HEADLINE_TAU:g} (mean ± s.d. over seeds)\n\n{table(results, HEADLINE_TAU)}\n"
             + matched(results))
     print("\n" + text)

@@ -3,28 +3,35 @@ results (no decoding here), against values computed by hand.
 
 Planted bugs seen to fail: the frontier read on the batch-512 NFE instead of the per-puzzle count;
 unfinished runs (no DONE.json) included; the seeds' spread replaced by the first seed's value; the
-token accuracy read from another key.
+token accuracy read from another key; kept results of runs not on this disk ignored, or decoded anew;
+a stale kept result reported for a run trained again; results on other puzzles merged as seeds.
 """
 import json
 import os
+
+import pytest
 
 from scripts import hard_study
 
 TAU_KEYS = ("0.01", "0.02", "0.05", "0.10", "0.15", "0.25")
 
 
-def kept(tmp_path, run: str, nfes: list[float], accs: list[float], done: bool = True, token_acc: float = 0.5) -> None:
-    """A finished run directory and the sample.py JSON hard_study would have written for it."""
+def kept(tmp_path, run: str, nfes: list[float], accs: list[float], done: bool = True, token_acc: float = 0.5,
+         digest: str = "abc") -> None:
+    """A finished run directory and the sample.py JSON hard_study would have written for it (`digest`:
+    the hash of the puzzles it scored)."""
     run_dir = tmp_path / "runs" / run
     run_dir.mkdir(parents=True)
     if done:
         (run_dir / "DONE.json").write_text("{}")
-    results = {k: {"exact_match": a, "token_accuracy": token_acc, "batch1_nfe": f, "batch_nfe": 64.0, "mean_nfe": f - 1, "legal_rate": a,
-                   "violations_final": 1.0, "violating_snapshots": 2.0, "n": 500}
+    results = {k: {"exact_match": a, "token_accuracy": token_acc, "batch1_nfe": f, "batch_nfe": 64.0, "mean_nfe": f - 1,
+                   "legal_rate": a, "violations_final": 1.0, "violating_snapshots": 2.0, "n": 500}
                for k, f, a in zip(TAU_KEYS, nfes, accs)}
     out = tmp_path / "runs" / "study" / run
     out.mkdir(parents=True)
-    (out / "Top1465.json").write_text(json.dumps({"checkpoints": [{"results": {"all": results}}]}))
+    source = {"data": "top1465.parquet", "data_dir": "data", "puzzles": {"all": digest}}
+    kept_json = {"data_source": source, "checkpoints": [{"results": {"all": results}}]}
+    (out / "Top1465.json").write_text(json.dumps(kept_json))
 
 
 def test_table_and_matched_nfe_from_kept_results(tmp_path, monkeypatch, capsys):
@@ -58,3 +65,55 @@ def test_sweeps_that_miss_each_other_are_named_with_their_nfe_spans(tmp_path, mo
     text = (tmp_path / "runs" / "study" / "hard_study.md").read_text()
     assert ("Top1465: no NFE range is covered by every run (NFE per puzzle each objective's runs cover together: "
             "MLM 7.5-16.0, Relay 14.0-32.0)") in text
+
+
+def test_kept_results_are_reported_without_their_runs(tmp_path, monkeypatch, capsys):
+    """Results committed from another machine (no run directory here) count as seeds; a set with neither
+    a kept result nor a checkpoint is left out with a note, never decoded.
+    Catches: kept-only runs ignored; sample.py called for a run that is not on this disk."""
+    nfe = [40, 35, 30, 25, 20, 15]
+    kept(tmp_path, "mlm_s1", nfe, [0.3] * 6)
+    kept(tmp_path, "relay_cold_s1", nfe, [0.5] * 6)
+    (tmp_path / "runs" / "relay_cold_s1" / "DONE.json").unlink()
+    (tmp_path / "runs" / "relay_cold_s1").rmdir()
+    study = tmp_path / "runs" / "study"
+    (study / "mlm_s1" / "hard_test_split.json").write_text((study / "mlm_s1" / "Top1465.json").read_text())
+    monkeypatch.setattr(hard_study.runs, "sh", lambda cmd: (_ for _ in ()).throw(AssertionError(f"decoded: {cmd}")))
+    monkeypatch.setattr(hard_study, "eval_sets", lambda args: {"Top1465": [], "hard test split": [], "easy mix": None})
+    hard_study.main([f"--runs={tmp_path / 'runs'}"])
+    text = (study / "hard_study.md").read_text()
+    assert "| Top1465 (n = 500) | Relay | 1 | 50.0 |" in text
+    assert "| hard test split (n = 500) | MLM | 1 |" in text and "| hard test split (n = 500) | Relay" not in text
+    assert "easy mix" not in text
+    out = capsys.readouterr().out
+    assert "hard test split: no kept result of relay_cold_s1 and its checkpoint" in out
+    assert "easy mix: no kept result of mlm_s1 and its data is not here" in out
+
+
+def test_a_run_trained_again_after_its_kept_result_is_evaluated_anew(tmp_path, monkeypatch):
+    """Catches: a stale kept result (an earlier training under the same name) reported for the new run."""
+    kept(tmp_path, "mlm_s1", [40, 35, 30, 25, 20, 15], [0.3] * 6)
+    json_path = tmp_path / "runs" / "study" / "mlm_s1" / "Top1465.json"
+    os.utime(json_path, (1_000_000, 1_000_000))  # the kept result is older than the run's DONE.json
+    fresh = json.loads(json_path.read_text())
+    fresh["checkpoints"][0]["results"]["all"]["0.15"]["exact_match"] = 0.9
+
+    def decode(cmd):
+        out = next(a for a in cmd if a.startswith("--out="))[len("--out="):]
+        with open(out, "w") as f:
+            json.dump(fresh, f)
+    monkeypatch.setattr(hard_study.runs, "sh", decode)
+    monkeypatch.setattr(hard_study, "eval_sets", lambda args: {"Top1465": []})
+    hard_study.main([f"--runs={tmp_path / 'runs'}"])
+    assert "| Top1465 (n = 500) | MLM | 1 | 90.0 |" in (tmp_path / "runs" / "study" / "hard_study.md").read_text()
+
+
+def test_results_on_other_puzzles_are_not_merged_as_seeds(tmp_path, monkeypatch):
+    """A kept result from a machine whose data build scored other puzzles must stop the study.
+    Catches: results merged across different test sets (no puzzle check)."""
+    nfe = [40, 35, 30, 25, 20, 15]
+    kept(tmp_path, "mlm_s1", nfe, [0.3] * 6, digest="abc")
+    kept(tmp_path, "relay_cold_s1", nfe, [0.5] * 6, digest="def")
+    monkeypatch.setattr(hard_study, "eval_sets", lambda args: {"Top1465": []})
+    with pytest.raises(SystemExit, match=r"relay_cold_s1/Top1465.json: its all puzzles .* are not those of"):
+        hard_study.main([f"--runs={tmp_path / 'runs'}"])
