@@ -163,9 +163,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--easy_data_dir", default="data/sudoku")
     p.add_argument("--n", type=int, default=500, help="first n puzzles of each set (the deduction-only cohort: all)")
     p.add_argument("--out", default="", help="results directory (default: <runs>/study)")
+    p.add_argument("--only", default="", help="comma-separated run names: evaluate and report only these "
+                   "(one process per core, each with its own runs, evaluates in parallel)")
     args = p.parse_args(argv)
     out = args.out or os.path.join(args.runs, "study")
     found = finished_runs(args.runs, out)
+    if args.only:
+        only = set(args.only.split(","))
+        found = {o: named for o, seeds in found.items()
+                 if (named := [(seed, run) for seed, run in seeds if os.path.basename(run) in only])}
     if not found:
         raise SystemExit(f"no finished runs in {args.runs} and no kept results in {out}: train them first "
                          "(see this script's docstring)")

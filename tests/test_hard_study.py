@@ -117,3 +117,15 @@ def test_results_on_other_puzzles_are_not_merged_as_seeds(tmp_path, monkeypatch)
     monkeypatch.setattr(hard_study, "eval_sets", lambda args: {"Top1465": []})
     with pytest.raises(SystemExit, match=r"relay_cold_s1/Top1465.json: its all puzzles .* are not those of"):
         hard_study.main([f"--runs={tmp_path / 'runs'}"])
+
+
+def test_only_the_named_runs_are_evaluated(tmp_path, monkeypatch):
+    """--only (one process per core): the other finished runs are neither decoded nor reported.
+    Catches: --only ignored."""
+    nfe = [40, 35, 30, 25, 20, 15]
+    kept(tmp_path, "mlm_s1", nfe, [0.3] * 6)
+    kept(tmp_path, "relay_cold_s1", nfe, [0.5] * 6)
+    monkeypatch.setattr(hard_study, "eval_sets", lambda args: {"Top1465": []})
+    hard_study.main([f"--runs={tmp_path / 'runs'}", "--only=relay_cold_s1"])
+    text = (tmp_path / "runs" / "study" / "hard_study.md").read_text()
+    assert "| Top1465 (n = 500) | Relay | 1 | 50.0 |" in text and "MLM" not in text
