@@ -6,6 +6,7 @@
     python train_sudoku.py config/cpu_relay.py                 # a small run that learns on a laptop CPU
     python train_sudoku.py config/cpu_relay.py --resume=True   # continue out_dir/ckpt.pt exactly
     python train_sudoku.py config/cpu_relay.py --init_from=out/cpu_mlm   # adapt an MLM checkpoint
+    python train_sudoku.py config/cpu_relay.py --init_from=reference/relay.safetensors   # from a shipped model
     torchrun --standalone --nproc_per_node=2 train_sudoku.py config/cpu_mlm.py   # DDP
 
 Config: the TrainConfig fields below (preset files + --key=value, see configurator.py). The loop
@@ -374,12 +375,23 @@ def to_device(state, device):
     return state
 
 
+def read_parent(path: str) -> dict:
+    """A checkpoint's entries; a .safetensors file (reference/*.safetensors: one set of weights, the EMA
+    weights of a finished run) reads as a checkpoint whose model holds those weights and has no EMA."""
+    if not path.endswith(".safetensors"):
+        return load_checkpoint(path, required=("model", "model_config"))
+    weights, meta = common.load_weights(path)
+    step = meta.get("step")
+    return {"model": weights.state_dict(), "model_config": asdict(weights.config), "config": meta["config"],
+            "ema": None, "step": int(step) if step is not None else None}
+
+
 def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
     """init_from: load another run's weights into `model`; a missing relay LN starts at gamma = beta = 0."""
     path = os.path.join(cfg.init_from, "ckpt.pt") if os.path.isdir(cfg.init_from) else cfg.init_from
     try:
-        parent = load_checkpoint(path, required=("model", "model_config"))
-    except CheckpointError as e:
+        parent = read_parent(path)
+    except (CheckpointError, ValueError) as e:
         raise SystemExit(f"init_from={cfg.init_from}: not a readable train_sudoku.py checkpoint: {e}") from None
     pcfg, pmodel = parent["model_config"], parent["model"]
     mine = asdict(model.config)

@@ -9,7 +9,7 @@ import torch
 import sudoku.data
 import train_sudoku as ts
 from configurator import load_config
-from common import load_model
+from common import load_model, save_weights
 from model import SudokuTransformer
 from helpers import TINY, TRAIN, VAL, random_grids, tiny_split
 
@@ -145,6 +145,22 @@ def test_init_from_relay_keeps_learned_relay(tmp_path):
     assert not ts.load_parent(cfg, child)["relay_added"]
     for key, value in parent["model"].items():
         assert torch.equal(child.state_dict()[key], value), key
+
+
+def test_init_from_a_reference_safetensors_file(tmp_path):
+    """--init_from=reference/*.safetensors (what scripts/export_reference.py writes): the child starts from
+    exactly those weights. Catches: the file refused as unreadable; its weights not loaded."""
+    run(tmp_path / "mlm", "--objective=mlm", "--max_iters=3", "--eval_interval=0")
+    parent, _ = load_model(str(tmp_path / "mlm"))
+    export = tmp_path / "mlm.safetensors"
+    ckpt = torch.load(tmp_path / "mlm" / "ckpt.pt", weights_only=True)
+    save_weights(parent, str(export), {"config": json.dumps(ckpt["config"]), "step": "3", "weights": "ema"})
+    cfg = load_config(ts.TrainConfig, TINY + ["--objective=relay", f"--init_from={export}"])
+    child = SudokuTransformer(ts.model_config(cfg))
+    info = ts.load_parent(cfg, child)
+    assert info["relay_added"] and info["step"] == 3 and info["config"]["objective"] == "mlm"
+    x = torch.as_tensor(VAL.question)
+    assert torch.equal(child.eval()(x)[0], parent(x)[0])
 
 
 @pytest.mark.parametrize("override,message", [("--tie_embeddings=True", "tie_embeddings"), ("--n_embd=64", "n_embd"),
