@@ -172,6 +172,10 @@ def main(argv: list[str] | None = None) -> None:
         only = set(args.only.split(","))
         found = {o: named for o, seeds in found.items()
                  if (named := [(seed, run) for seed, run in seeds if os.path.basename(run) in only])}
+        unknown = only - {os.path.basename(run) for seeds in found.values() for _, run in seeds}
+        if unknown:
+            raise SystemExit(f"--only: no finished run or kept result named {', '.join(sorted(unknown))} in "
+                             f"{args.runs} or {out}")
     if not found:
         raise SystemExit(f"no finished runs in {args.runs} and no kept results in {out}: train them first "
                          "(see this script's docstring)")

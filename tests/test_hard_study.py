@@ -120,8 +120,9 @@ def test_results_on_other_puzzles_are_not_merged_as_seeds(tmp_path, monkeypatch)
 
 
 def test_only_the_named_runs_are_evaluated(tmp_path, monkeypatch):
-    """--only (one process per core): the other finished runs are neither decoded nor reported.
-    Catches: --only ignored."""
+    """--only (one process per core): the other finished runs are neither decoded nor reported, and a
+    name that matches nothing stops with one line. Catches: --only ignored; a misspelt name silently
+    evaluating nothing."""
     nfe = [40, 35, 30, 25, 20, 15]
     kept(tmp_path, "mlm_s1", nfe, [0.3] * 6)
     kept(tmp_path, "relay_cold_s1", nfe, [0.5] * 6)
@@ -129,3 +130,5 @@ def test_only_the_named_runs_are_evaluated(tmp_path, monkeypatch):
     hard_study.main([f"--runs={tmp_path / 'runs'}", "--only=relay_cold_s1"])
     text = (tmp_path / "runs" / "study" / "hard_study.md").read_text()
     assert "| Top1465 (n = 500) | Relay | 1 | 50.0 |" in text and "MLM" not in text
+    with pytest.raises(SystemExit, match="--only: no finished run or kept result named relay_s1 in"):
+        hard_study.main([f"--runs={tmp_path / 'runs'}", "--only=relay_s1"])  # a misspelt name: one line
