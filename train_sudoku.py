@@ -319,19 +319,20 @@ def validate(model: SudokuTransformer, questions: torch.Tensor, answers: torch.T
             "legal": legal}
 
 
-def collapse_message(metrics: dict, cfg: TrainConfig, previous_token_acc: float | None = None,
-                     solved_before: bool = False) -> str | None:
+def collapse_message(metrics: dict, cfg: TrainConfig, earlier: list[dict] = ()) -> str | None:
     """The loud line for a collapsed run, or None: past warm-up, a validation with exact match and legal rate
     both 0, token accuracy not above the previous validation's, and no earlier validation that solved a
-    puzzle. Runs of the paper's setup that collapsed (4 of 48 known tied 300k-step runs) sat there from
-    their first validation on and never recovered, so the first such validation is worth announcing. On
-    hard puzzles a healthy small model also solves none for a long while, or solves one in 300 and then
-    none again; a rising token accuracy, or any earlier solved puzzle, tells it apart."""
+    puzzle (`earlier`: the run's earlier validation records, earlier_validations). Runs of the paper's
+    setup that collapsed (4 of 48 known tied 300k-step runs) sat there from their first validation on and
+    never recovered, so the first such validation is worth announcing. On hard puzzles a healthy small
+    model also solves none for a long while, or solves one in 300 and then none again; a rising token
+    accuracy, or any earlier solved puzzle, tells it apart."""
     if metrics.get("step", 0) < cfg.warmup_iters or metrics.get("exact") != 0 or metrics.get("legal") != 0:
         return None
+    previous_token_acc = next((r["val/token_acc"] for r in reversed(earlier) if "val/token_acc" in r), None)
     if previous_token_acc is not None and metrics.get("token_acc", 0.0) > previous_token_acc:
         return None  # still learning, just not solving yet
-    if solved_before:
+    if any(r.get("val/exact", 0.0) > 0 for r in earlier):
         return None  # a weak run near 0 on hard puzzles, not one stuck from the start
     then = "stopping (stop_on_collapse=True)" if cfg.stop_on_collapse else "--stop_on_collapse=True stops such runs"
     return (f"!!! COLLAPSED at step {metrics['step']}: validation exact match 0 and legal rate 0 past warm-up, "
@@ -339,15 +340,9 @@ def collapse_message(metrics: dict, cfg: TrainConfig, previous_token_acc: float 
             f"seed; {then} !!!")
 
 
-def previous_token_acc(log_path: str, step: int) -> float | None:
-    """The token accuracy of the last validation before `step` in metrics.jsonl (None: there was none)."""
-    before = [r["val/token_acc"] for r in common.read_records(log_path) if "val/token_acc" in r and r["step"] < step]
-    return before[-1] if before else None
-
-
-def solved_before(log_path: str, step: int) -> bool:
-    """Whether a validation before `step` in metrics.jsonl solved any puzzle (val/exact above 0)."""
-    return any(r.get("val/exact", 0.0) > 0 for r in common.read_records(log_path) if r["step"] < step)
+def earlier_validations(log_path: str, step: int) -> list[dict]:
+    """The validation records of metrics.jsonl before `step`, oldest first (none: no file yet)."""
+    return [r for r in common.read_records(log_path) if "val/exact" in r and r["step"] < step]
 
 
 def rng_state(gen: torch.Generator, device: str) -> dict:
@@ -697,8 +692,7 @@ def stop_if_collapsed(run: SudokuRun, metrics: dict) -> bool:
     message = None
     if run.master:
         step = metrics.get("step", 0)
-        message = collapse_message(metrics, run.cfg, previous_token_acc(run.log_path, step),
-                                   solved_before(run.log_path, step))
+        message = collapse_message(metrics, run.cfg, earlier_validations(run.log_path, step))
     if message:
         print(message, file=sys.stderr, flush=True)
     stop = torch.tensor(float(bool(message) and run.cfg.stop_on_collapse), device=run.device if run.ddp else "cpu")

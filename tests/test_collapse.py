@@ -66,13 +66,13 @@ def test_a_run_still_learning_on_hard_puzzles_is_not_called_collapsed(tmp_path):
     records = [{"step": 250, "val/exact": 0.0, "val/token_acc": 0.20}, {"step": 260, "loss": 2.0},
                {"step": 500, "val/exact": 0.0, "val/token_acc": 0.24}, {"step": 750, "val/exact": 0.0, "val/token_acc": 0.30}]
     log.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 760, "val/tok')  # cut by a kill
-    assert ts.previous_token_acc(str(log), 750) == 0.24
-    assert ts.previous_token_acc(str(log), 250) is None and ts.previous_token_acc(str(tmp_path / "none"), 9) is None
+    assert [r["step"] for r in ts.earlier_validations(str(log), 750)] == [250, 500]
+    assert ts.earlier_validations(str(log), 250) == [] and ts.earlier_validations(str(tmp_path / "none"), 9) == []
     c = cfg("--warmup_iters=100")
     rising = {"step": 750, "exact": 0.0, "legal": 0.0, "token_acc": 0.30}
-    assert ts.collapse_message(rising, c, ts.previous_token_acc(str(log), 750)) is None
+    assert ts.collapse_message(rising, c, ts.earlier_validations(str(log), 750)) is None
     stalled = rising | {"token_acc": 0.24}
-    assert "COLLAPSED at step 750" in ts.collapse_message(stalled, c, ts.previous_token_acc(str(log), 750))
+    assert "COLLAPSED at step 750" in ts.collapse_message(stalled, c, ts.earlier_validations(str(log), 750))
 
 
 def test_a_weak_run_that_once_solved_a_puzzle_is_not_called_collapsed(tmp_path):
@@ -84,11 +84,12 @@ def test_a_weak_run_that_once_solved_a_puzzle_is_not_called_collapsed(tmp_path):
     records = [{"step": 1000, "val/exact": 1 / 300, "val/token_acc": 0.330}, {"step": 1100, "loss": 2.0},
                {"step": 1250, "val/exact": 0.0, "val/token_acc": 0.340}, {"step": 1500, "val/exact": 0.0, "val/token_acc": 0.339}]
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert ts.solved_before(str(log), 1500) and not ts.solved_before(str(log), 1000)
     c = cfg("--warmup_iters=100")
     flat = {"step": 1500, "exact": 0.0, "legal": 0.0, "token_acc": 0.339}
-    assert ts.collapse_message(flat, c, ts.previous_token_acc(str(log), 1500), ts.solved_before(str(log), 1500)) is None
+    assert ts.collapse_message(flat, c, ts.earlier_validations(str(log), 1500)) is None
+    first = {"step": 1000, "exact": 0.0, "legal": 0.0, "token_acc": 0.330}  # its own record is not an earlier one
+    assert "COLLAPSED" in ts.collapse_message(first, c, ts.earlier_validations(str(log), 1000))
     never = [{"step": s, "val/exact": 0.0, "val/token_acc": 0.2} for s in (250, 500)]
     log.write_text("".join(json.dumps(r) + "\n" for r in never))
     stuck = {"step": 500, "exact": 0.0, "legal": 0.0, "token_acc": 0.2}
-    assert "COLLAPSED" in ts.collapse_message(stuck, c, ts.previous_token_acc(str(log), 500), ts.solved_before(str(log), 500))
+    assert "COLLAPSED" in ts.collapse_message(stuck, c, ts.earlier_validations(str(log), 500))
