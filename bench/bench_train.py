@@ -148,15 +148,19 @@ def bench(cfg: BenchConfig, objective: str) -> dict:
             "syncs": count_syncs(run) if cuda else None}
 
 
-def profile_table(run: ts.SudokuRun, steps: int) -> list[str]:
-    """Markdown rows of the top 15 by self time over `steps` steps: on CUDA the GPU kernels and copies
-    (named as launched: aten kernels eagerly, triton_* kernels when compiled), elsewhere the aten ops."""
+def profile_table(run: ts.SudokuRun, steps: int) -> tuple[str, list[str]]:
+    """Over `steps` steps: how busy the device was (its ops' self time against the wall clock of the
+    profiled steps: far below 100% on a GPU means the host, launching or waiting, sets the pace), and
+    Markdown rows of the top 15 by self time: on CUDA the GPU kernels and copies (named as launched:
+    aten kernels eagerly, triton_* kernels when compiled), elsewhere the aten ops."""
     cuda = run.device.startswith("cuda")
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=activities) as prof:
+        t0 = time.perf_counter()
         for _ in range(steps):
             ts.train_step(run)
         sync(run.device)
+        wall_ms = 1000 * (time.perf_counter() - t0) / steps
     events = prof.key_averages()
     if cuda:  # the GPU's own events (kernels, copies): aten ops also carry their kernels' time, which would count twice
         events = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
@@ -167,12 +171,14 @@ def profile_table(run: ts.SudokuRun, steps: int) -> list[str]:
             else e.self_cpu_time_total
     total = sum(self_us(e) for e in events) or 1.0
     what = "GPU" if cuda else "CPU"
+    busy_ms = total / 1000 / steps
+    busy = f"{what} ops busy {busy_ms:.1f} ms of each {wall_ms:.1f} ms profiled step ({100 * busy_ms / wall_ms:.0f}%)"
     rows = [f"| op | calls/step | self {what} ms/step | share of {what} time |", "|---|---|---|---|"]
     for e in sorted(events, key=self_us, reverse=True)[:15]:
         name = e.key.replace("|", "/")
         name = name if len(name) <= 80 else name[:77] + "..."
         rows.append(f"| `{name}` | {e.count / steps:g} | {self_us(e) / 1000 / steps:.3f} | {100 * self_us(e) / total:.1f}% |")
-    return rows
+    return busy, rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -215,9 +221,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{peak} | {graphs} | {syncs} | {t * cfg.max_iters / 3600:.2f} h |")
     if cfg.profile:
         for o, r in rows.items():
-            print(f"\n### Profile: {o}\n\n{cfg.profile_steps} steps after the timed ones, top 15 by self "
-                  f"{'GPU' if device_type == 'cuda' else 'CPU'} time\n")
-            print("\n".join(profile_table(r.pop("run"), cfg.profile_steps)))
+            busy, table = profile_table(r.pop("run"), cfg.profile_steps)
+            print(f"\n### Profile: {o}\n\n{cfg.profile_steps} steps after the timed ones: {busy}; the top 15 by "
+                  f"self {'GPU' if device_type == 'cuda' else 'CPU'} time\n")
+            print("\n".join(table))
 
 
 if __name__ == "__main__":

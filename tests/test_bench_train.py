@@ -3,6 +3,8 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
+import types
 
 import pytest
 import torch
@@ -57,12 +59,12 @@ def test_bench_times_train_sudokus_own_step_and_prints_markdown(monkeypatch, cap
     bench = load_bench()
     calls, step = [], ts.train_step
     monkeypatch.setattr(ts, "train_step", lambda run: calls.append(run.cfg.objective) or step(run))
-    bench.main(TINY + ["--objectives=mlm,relay", "--steps=2", "--warmup=1", "--profile=True", "--profile_steps=1"])
-    # warm-up 1 + timed 2 per objective, then 1 profiled step per objective
-    assert calls == ["mlm"] * 3 + ["relay"] * 3 + ["mlm", "relay"]
+    bench.main(TINY + ["--objectives=mlm,relay", "--steps=2", "--warmup=1", "--profile=True", "--profile_steps=2"])
+    # warm-up 1 + timed 2 per objective, then 2 profiled steps per objective
+    assert calls == ["mlm"] * 3 + ["relay"] * 3 + ["mlm"] * 2 + ["relay"] * 2
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("device: cpu")
-    assert all(line == "" or line.startswith(("| ", "|---", "### Profile", "1 steps after")) for line in out[1:]), out
+    assert all(line == "" or line.startswith(("| ", "|---", "### Profile", "2 steps after")) for line in out[1:]), out
     header = out[2].split("|")[1:-1]
     assert [h.strip() for h in header] == ["objective", "ms/step", "steps/s", "vs MLM", "puzzles/s", "TFLOP/s",
                                            "peak mem", "graphs", "syncs/step", "300,000 steps"]
@@ -71,3 +73,21 @@ def test_bench_times_train_sudokus_own_step_and_prints_markdown(monkeypatch, cap
     assert float(relay_row[5]) > 0
     profiles = [i for i, line in enumerate(out) if line.startswith("### Profile")]
     assert len(profiles) == 2 and out[profiles[0] + 4].startswith("| op | calls/step")
+
+
+def test_profile_busy_time_is_per_step_and_covers_the_top_ops(monkeypatch, capsys):
+    """The profile's "ops busy X ms of each Y ms profiled step": Y is the wall clock per profiled step
+    (a fake clock that advances 1 s per reading: 500 ms over 2 steps), X at least the top-15 ops' time
+    per step (the table's own column, summed). Catches (tried, each fails): busy time not divided by
+    the steps, the wall clock not divided by the steps, the busy time taken from the top op alone."""
+    bench = load_bench()
+    readings = iter(range(10_000))
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=lambda: float(next(readings))))
+    bench.main(TINY + ["--objectives=relay", "--steps=1", "--warmup=1", "--profile=True", "--profile_steps=2"])
+    out = capsys.readouterr().out.strip().splitlines()
+    head = next(line for line in out if line.startswith("2 steps after"))
+    busy_ms, wall_ms, share = map(float, re.search(r"busy ([\d.]+) ms of each ([\d.]+) ms profiled step \((\d+)%\)", head).groups())
+    assert wall_ms == 500.0
+    top_ops_ms = sum(float(line.split("|")[3]) for line in out[out.index(head) + 3:] if line.startswith("| `"))
+    assert top_ops_ms - 0.1 <= busy_ms < 2 * top_ops_ms + 1  # the top 15 hold most of a tiny step's op time
+    assert share == round(100 * busy_ms / wall_ms)
