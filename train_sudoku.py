@@ -372,13 +372,14 @@ def to_device(state, device):
 
 def read_parent(path: str) -> dict:
     """A checkpoint's entries; a .safetensors file (reference/*.safetensors: one set of weights, the EMA
-    weights of a finished run) reads as a checkpoint whose model holds those weights and has no EMA."""
+    weights of a finished run) reads as a checkpoint whose model holds those weights and has no separate
+    EMA; "model_is_ema" says whether its metadata names them EMA weights."""
     if not path.endswith(".safetensors"):
         return load_checkpoint(path, required=("model", "model_config"))
     weights, meta = common.load_weights(path)
     step = meta.get("step")
     return {"model": weights.state_dict(), "model_config": asdict(weights.config), "config": meta["config"],
-            "ema": None, "step": int(step) if step is not None else None}
+            "ema": None, "model_is_ema": meta.get("weights") == "ema", "step": int(step) if step is not None else None}
 
 
 def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
@@ -411,7 +412,9 @@ def load_parent(cfg: TrainConfig, model: SudokuTransformer) -> dict:
             model.relay_norm.weight.zero_()
             model.relay_norm.bias.zero_()
     return {"path": path, "config": parent.get("config", {}), "step": parent.get("step"),
-            "ema": bool(cfg.init_from_ema and parent.get("ema") is not None), "relay_added": bool(missing)}
+            # ema: the child starts from a run's EMA weights (its checkpoint's shadow, or an exported EMA file)
+            "ema": bool(cfg.init_from_ema and parent.get("ema") is not None) or parent.get("model_is_ema", False),
+            "relay_added": bool(missing)}
 
 
 # -----------------------------------------------------------------------------

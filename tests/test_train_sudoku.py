@@ -149,7 +149,8 @@ def test_init_from_relay_keeps_learned_relay(tmp_path):
 
 def test_init_from_a_reference_safetensors_file(tmp_path):
     """--init_from=reference/*.safetensors (what scripts/export_reference.py writes): the child starts from
-    exactly those weights. Catches: the file refused as unreadable; its weights not loaded."""
+    exactly those weights, recorded as EMA weights (the file's metadata says so). Catches: the file refused
+    as unreadable; its weights not loaded; the parent recorded as raw weights (tried: fails)."""
     run(tmp_path / "mlm", "--objective=mlm", "--max_iters=3", "--eval_interval=0")
     parent, _ = load_model(str(tmp_path / "mlm"))
     export = tmp_path / "mlm.safetensors"
@@ -159,6 +160,7 @@ def test_init_from_a_reference_safetensors_file(tmp_path):
     child = SudokuTransformer(ts.model_config(cfg))
     info = ts.load_parent(cfg, child)
     assert info["relay_added"] and info["step"] == 3 and info["config"]["objective"] == "mlm"
+    assert info["ema"] is True
     x = torch.as_tensor(VAL.question)
     assert torch.equal(child.eval()(x)[0], parent(x)[0])
 
