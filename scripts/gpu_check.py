@@ -41,7 +41,7 @@ class Part:
     title: str
     commands: Callable[[], list[list[str]]]  # built when the part starts (a resumable run adds --resume=True)
     limit_s: int  # the whole part, all its commands
-    estimate_s: int  # what it takes on one H100 (measured where docs/gpu.md says so); a part starts only if the budget has this much left
+    estimate_s: int  # seconds on one H100 (measured where docs/gpu.md says so); started only with this much budget left
     expect: str  # a regex the output must match: a part that prints no result has failed
     keep: str | None = r"^\|"  # output lines that go into the report (Markdown tables by default; None: none)
     summarize: Callable[[str], str] | None = None  # extra Markdown (tables, figures) from the part's files
@@ -138,7 +138,7 @@ def plan(smoke: bool, work: str) -> list[Part]:
         Part("train_speed_compiled", "Table 1 training step, torch.compile",
              bench_train("--compile=True", *(["--objectives=relay"] if smoke else [])), 570, 480, r"\| relay \|",
              keep=BENCH),
-        # compiled, MLM beside Relay: compiled, both steps took ~22 ms although Relay does twice the FLOPs
+        # MLM beside Relay, compiled: on an H100 both compiled steps took ~22 ms although Relay does twice the FLOPs
         Part("train_profile", "MLM and Relay training steps, compiled and profiled",
              bench_train("--objectives=mlm,relay", "--profile=True", *([] if smoke else ["--compile=True"])),
              420, 260, r"^\|.*\|", keep=BENCH),
