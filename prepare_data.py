@@ -6,18 +6,22 @@
     python prepare_data.py --source=file --path=my.csv       # your puzzles: CSV / parquet / JSONL / text, one puzzle a line
     python prepare_data.py --source=larsdoku --out_dir=data/sudoku-hard   # hard puzzles (pip install larsdoku, AGPL)
     python prepare_data.py --hard --out_dir=data/sudoku-gen-hard         # license-free: the generator's hard mode
+    python prepare_data.py --source=standin --out_dir=data/sudoku-standin   # offline stand-in for Sudoku-Extreme's mix
 
 Output (default data/sudoku/):
   {train,val,test}.npy      (N, 2, 81) uint8 question / answer digits, what training reads (sudoku/data.py)
   {train,val,test}.parquet  columns source, question, answer, rating (+ trajectory, num_steps,
                             strategies_used, derive_status after --derive): the cohorts and inspection
   top1465.parquet           Top1465, an evaluation set only (when larsdoku is installed): `sample.py --data=...`
+  test_hard.parquet         --source=standin: the test split's hard cohort (rating at or above its 87th percentile)
   meta.json                 the arguments: the same arguments again reuse the data instead of rebuilding it
 
 No puzzle, and no symmetric copy of one (digit relabelling, row/column/band/stack permutations,
-transposition: sudoku/symmetry.py), sits in two splits, whatever the source; later splits win (test,
-then val). Train and val also lose every symmetric copy of a Top1465 puzzle, so Top1465 stays a clean
-test set.
+transposition: sudoku/symmetry.py), sits in two splits; later splits win (test, then val). Train and val
+also lose every symmetric copy of a Top1465 puzzle, so Top1465 stays a clean test set. The one exception
+is the hub (--source=hf): the paper's Sudoku-Extreme is kept exactly as published, since Table 1 reads
+its test split as it is ("the first 2,000 test puzzles"; Top1465 is one of its sources); the overlaps
+are counted and printed, and --drop_overlap drops them as for every other source.
 
 The steps, in the order main() runs them: the arguments' cache key; the splits from the source
 (generate_splits / load_hub_splits / a checked file, sudoku/puzzle_files.py); the solver fields
@@ -39,6 +43,7 @@ from tqdm import tqdm
 
 import sudoku.board
 import sudoku.hard
+import sudoku.standin
 from sudoku.puzzle_files import check_puzzles, read_puzzle_file, solve_row, strings_to_digits
 from sudoku.puzzle_files import load_puzzles  # noqa: F401  (evaluation scripts load puzzles through prepare_data)
 from sudoku.solver_fields import DERIVED_COLUMNS, TIERS, deduction_only_mask, derive_one, hardest_tier
@@ -65,7 +70,8 @@ def pool_map(fn, items: list, workers: int, desc: str, chunksize: int = 64) -> l
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Prepare the Sudoku data (see the module docstring).",
                                 epilog="The Fast-dLLM v2 SFT data: python -m fastdllm.data -h")
-    p.add_argument("--source", choices=["generate", "hf", "file", "larsdoku"], default="generate")
+    p.add_argument("--source", choices=["generate", "hf", "file", "larsdoku", "standin"], default="generate",
+                   help="standin: Sudoku-Extreme's easy/hard mix offline (sudoku/standin.py)")
     p.add_argument("--collections", default=",".join(sudoku.hard.LARSDOKU_COLLECTIONS),
                    help="larsdoku: comma-separated sub-collections (default: all)")
     p.add_argument("--path", help="--source=file: CSV / parquet / JSONL / text file of puzzles")
@@ -76,7 +82,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--augment", type=int, default=10, help="generate --hard: copies of each train seed (1 = none)")
     p.add_argument("--min_clues", type=int, default=17, help="generate: fewest clues; below ~22 a puzzle stops at minimal")
     p.add_argument("--max_clues", type=int, default=45, help="generate: most clues (targets are uniform in between)")
-    p.add_argument("--n_train", type=int, help=f"default {DEFAULT_SIZES['train']} (generate) / all (hf, file)")
+    p.add_argument("--n_train", type=int, help=f"default {DEFAULT_SIZES['train']} (generate), "
+                   f"{sudoku.standin.DEFAULT_TRAIN:,} (standin) / all (hf, file, larsdoku)")
     p.add_argument("--n_val", type=int, help=f"default {DEFAULT_SIZES['val']} (file: at most a tenth)")
     p.add_argument("--n_test", type=int, help=f"default {DEFAULT_SIZES['test']} (hf: the whole test split; file: at most a tenth)")
     p.add_argument("--derive", action="store_true", help="add trajectory, num_steps, strategies_used with Tim Vink's solver")
@@ -86,6 +93,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--skip_invalid", action="store_true", help="drop bad rows (counted per reason) instead of stopping")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--force", action="store_true", help="rebuild even if out_dir holds data made with the same arguments")
+    p.add_argument("--drop_overlap", action="store_true", help="--source=hf: drop repeated puzzles and symmetric "
+                   "copies of later splits' and Top1465's puzzles, as every other source does (default: the hub's "
+                   "splits exactly as published, the overlaps reported)")
     args, unknown = p.parse_known_args(argv)
     if unknown:  # --task=sft was this script's way to the Fast-dLLM data before it got its own
         sft = "; the Fast-dLLM v2 SFT data: python -m fastdllm.data" if any(a.startswith("--task") for a in unknown) else ""
@@ -99,8 +109,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--source=file needs --path=<csv / parquet / jsonl / txt file>")
     if args.path and not os.path.isfile(args.path):
         p.error(f"--path={args.path}: no such file")
+    if args.drop_overlap and args.source != "hf":
+        p.error("--drop_overlap is for --source=hf: every other source always drops overlaps")
     if args.hard and args.source != "generate":
-        p.error("--hard is a mode of --source=generate")
+        p.error("--hard is a mode of --source=generate (--source=standin uses it for its hard share without larsdoku)")
     if args.augment < 1:
         p.error("--augment must be >= 1")
     args.derive_splits = [x.strip() for x in args.derive_splits.split(",") if x.strip()]
@@ -115,14 +127,18 @@ def _cache_key(args: argparse.Namespace) -> dict:
     """Everything that changes the puzzles (not --derive, which only adds columns, nor speed settings)."""
     key = {k: getattr(args, k) for k in ("source", "seed", "n_train", "n_val", "n_test", "skip_invalid")}
     key["split_rules"] = SPLIT_RULES_VERSION
-    if args.source == "larsdoku":
+    if args.source in ("larsdoku", "standin"):
         key["collections"] = args.collections
+    if args.source == "standin":
+        key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.board.GENERATOR_VERSION,
+                   standin=sudoku.standin.VERSION, hard_source=sudoku.standin.hard_source())
     if args.source == "generate":
         key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.board.GENERATOR_VERSION)
         if args.hard:
             key.update(hard=True, augment=args.augment)
     if args.source == "hf":
         key["dataset"] = os.environ.get("RELAY_SUDOKU_HF_DATASET") or HUB_DATASET
+        key["hub_splits"] = "overlaps dropped" if args.drop_overlap else "as published"
     if args.source == "file":
         st = os.stat(args.path)
         key.update(path=os.path.abspath(args.path), size=st.st_size, mtime_ns=st.st_mtime_ns)
@@ -227,9 +243,10 @@ def _split_in_order(frame: pd.DataFrame, sizes: dict[str, int | None]) -> dict[s
     return {"train": frame.iloc[:n_train], "val": frame.iloc[rest:rest + n_val], "test": frame.iloc[rest + n_val:]}
 
 
-def _drop_overlap(splits: dict[str, pd.DataFrame], held_out: pd.DataFrame | None = None) -> list[str]:
+def _drop_overlap(splits: dict[str, pd.DataFrame], held_out: pd.DataFrame | None = None, drop: bool = True) -> list[str]:
     """Remove puzzles repeated within a split, and from train/val every puzzle that is a symmetric copy
-    of one in a later split (test wins) or in `held_out` (Top1465). Returns what was dropped, as notes."""
+    of one in a later split (test wins) or in `held_out` (Top1465), and from test its copies of held_out.
+    Returns what was dropped, as notes; drop=False only counts them (the hub's splits as published)."""
     notes = []
     later = defaultdict(list)  # invariant key -> digit boards of the later splits (and held_out)
     if held_out is not None:
@@ -243,12 +260,14 @@ def _drop_overlap(splits: dict[str, pd.DataFrame], held_out: pd.DataFrame | None
         repeated = frame["question"].duplicated().to_numpy()
         copy = np.array([any(equivalent(b, board) for b in later.get(key, ())) for key, board in zip(keys, boards)],
                         dtype=bool)
+        verb = "dropped" if drop else "kept (as published; --drop_overlap drops them)"
         if repeated.any():
-            notes.append(f"dropped {int(repeated.sum())} repeated puzzles from {split}")
+            notes.append(f"{split}: {int(repeated.sum())} repeated puzzles, {verb}")
         if copy.any():
-            notes.append(f"dropped {int(copy.sum())} puzzles from {split}: symmetric copies of a later split's "
-                         f"puzzle{' or of Top1465' if held_out is not None else ''}")
-        keep = ~(repeated | copy)
+            what = "Top1465's" if split == SPLITS[-1] else ("a later split's" + (" or Top1465's" if held_out is not None
+                                                                                 else ""))
+            notes.append(f"{split}: {int(copy.sum())} symmetric copies of {what} puzzles, {verb}")
+        keep = ~(repeated | copy) if drop else np.ones(len(frame), dtype=bool)
         splits[split] = frame[keep].reset_index(drop=True)
         if split != SPLITS[0]:  # nothing comes before train: its puzzles need not be remembered
             for key, board in zip(np.array(keys, dtype=object)[keep], boards[keep]):
@@ -349,13 +368,41 @@ def larsdoku_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], 
                     f"(val and test: one puzzle per class)"]
 
 
-SOURCES = {"generate": generated_splits, "hf": hub_splits, "file": file_splits, "larsdoku": larsdoku_splits}
+def standin_splits(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Sudoku-Extreme's composition (sudoku/standin.py): each split about 26% easy generated puzzles and 74%
+    hard ones (larsdoku split by symmetry class, or the generator's hard mode), shuffled, every puzzle rated."""
+    sizes = {"train": sudoku.standin.DEFAULT_TRAIN if args.n_train is None else args.n_train,
+             "val": DEFAULT_SIZES["val"] if args.n_val is None else args.n_val,
+             "test": DEFAULT_SIZES["test"] if args.n_test is None else args.n_test}
+    easy_sizes, hard_sizes = sudoku.standin.shares(sizes)
+    easy, _ = generate_splits(args.seed, easy_sizes, args.min_clues, args.max_clues, args.workers)
+    if sudoku.standin.hard_source() == "larsdoku":
+        collections = tuple(c.strip() for c in args.collections.split(",") if c.strip())
+        hard = sudoku.hard.split_by_class(sudoku.hard.read_larsdoku(collections), hard_sizes, args.seed)
+        where = f"larsdoku {','.join(collections)}, split by symmetry class"
+    else:
+        hard = generate_hard_splits(args.seed, hard_sizes, args.augment, args.workers)
+        where = f"the generator's hard mode (larsdoku not installed), train {args.augment} copies of each seed"
+    splits = {}
+    for stream, split in enumerate(SPLITS):
+        frame = pd.concat([easy[split], hard[split]], ignore_index=True)
+        order = np.random.default_rng([args.seed, 200 + stream]).permutation(len(frame))  # any prefix has the mix
+        splits[split] = frame.iloc[order].reset_index(drop=True)
+    rate = functools.partial(pool_map, sudoku.standin.rate_question, workers=args.workers, chunksize=256)
+    splits = sudoku.standin.rated(splits, rate)
+    share = 100 * sudoku.standin.HARD_SHARE
+    return splits, [f"standin: {100 - share:.0f}% easy ({args.min_clues}-{args.max_clues} clues, the generator) + "
+                    f"{share:.0f}% hard ({where}) per split"]
+
+
+SOURCES = {"generate": generated_splits, "hf": hub_splits, "file": file_splits, "larsdoku": larsdoku_splits,
+           "standin": standin_splits}
 
 
 def build(args: argparse.Namespace, top1465: pd.DataFrame | None) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The three splits for the chosen source, and notes for the summary (what was dropped and why)."""
     splits, notes = SOURCES[args.source](args)
-    notes += _drop_overlap(splits, top1465)
+    notes += _drop_overlap(splits, top1465, drop=args.source != "hf" or args.drop_overlap)
     if top1465 is None:
         notes.append("larsdoku not installed: the splits were not checked against Top1465")
     return splits, notes
@@ -386,6 +433,8 @@ def _write_splits(splits: dict[str, pd.DataFrame], out_dir: str, meta: dict, top
         save_split(split_path(out_dir, split), strings_to_digits(frame["question"]), strings_to_digits(frame["answer"]))
     if top1465 is not None:
         top1465.to_parquet(os.path.join(out_dir, "top1465.parquet"), index=False)
+    if meta["key"]["source"] == "standin":
+        sudoku.standin.hard_cohort(splits["test"]).to_parquet(os.path.join(out_dir, "test_hard.parquet"), index=False)
     with open(meta_path + ".tmp", "w") as f:
         json.dump(meta, f, indent=1)
     os.replace(meta_path + ".tmp", meta_path)
@@ -469,7 +518,9 @@ def main(argv: list[str] | None = None) -> None:
             notes.append(f"{split}: the source already has trajectory / num_steps / strategies_used: kept as they are")
     splits, top1465 = {s: frames[s] for s in SPLITS}, frames.get("top1465")
     derived = sorted(s for s, f in frames.items() if "strategies_used" in f)
-    summary = "\n".join([*notes, summarize(splits), *cohort_lines({"top1465": top1465} if top1465 is not None else {})])
+    composition = sudoku.standin.composition_lines(splits, top1465) if args.source == "standin" else []
+    summary = "\n".join([*notes, summarize(splits), *composition,
+                         *cohort_lines({"top1465": top1465} if top1465 is not None else {})])
     meta = {"key": key, "derived": derived, "notes": notes, "summary": summary,
             "built": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.time() - t0, 1)}
     _write_splits(splits, args.out_dir, meta, top1465)

@@ -2,18 +2,25 @@
 from here, never from each other.
 
 Sections: Sudoku training data (tiny runs of train_sudoku.py), Sudoku decoding stand-ins (sample.py and
-sudoku.decode), Fast-dLLM v2 decoding stand-in (fastdllm.generate), files.
+sudoku.decode), Fast-dLLM v2 decoding stand-in (fastdllm.generate), files, Sudoku data sources.
 """
+import gzip
 import hashlib
+import json
 import math
 import os
 import types
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn as nn
 
+import sudoku.board
+import sudoku.hard
+import sudoku.puzzle_files as F
+import sudoku.symmetry as Y
 from model import ModelConfig, SudokuTransformer
 from sudoku.board import DIGIT0, digits_to_tokens, format_board, random_grid, tokens_to_digits
 
@@ -180,3 +187,40 @@ def snapshot(path) -> dict | None:
         return {"": hashlib.sha256(open(path, "rb").read()).hexdigest()}
     return {os.path.relpath(os.path.join(d, f), path): hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
             for d, _, files in os.walk(path) for f in files}
+
+
+# -----------------------------------------------------------------------------
+# Sudoku data sources: symmetric copies and a stand-in for the larsdoku package
+
+NORVIG_HARD = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
+
+
+def transformed(question: str, answer: str, seed: int) -> tuple[str, str]:
+    """A relabelled, transposed (and row/column-shuffled) copy of a puzzle and its solution."""
+    relabel, rows, cols, _ = Y.random_symmetry(np.random.default_rng(seed))
+    sym = (relabel, rows, cols, True)
+    q, a = (Y.apply_symmetry(F.strings_to_digits([s])[0], sym) for s in (question, answer))
+    return F.digits_to_strings(q[None])[0], F.digits_to_strings(a[None])[0]
+
+
+def fake_larsdoku(tmp_path, monkeypatch, classes: int, copies: int, top_puzzles: int) -> tuple[pd.DataFrame, list[str]]:
+    """A small stand-in for the larsdoku package's two data files: `classes` puzzles with `copies`
+    symmetric copies each, over two sub-collections, and a Top1465 list of `top_puzzles` other puzzles,
+    one of which is also planted (transformed) in the collection."""
+    rng = np.random.default_rng(5)
+    made = [sudoku.board.generate_puzzle(rng, 24)[:2] for _ in range(classes + top_puzzles)]
+    rows = []
+    for i, (q, a) in enumerate(made[:classes] + made[classes:classes + 1]):
+        for k in range(copies if i < classes else 1):
+            sym = Y.random_symmetry(np.random.default_rng([i, k]))
+            rows.append((Y.apply_symmetry(q, sym), Y.apply_symmetry(a, sym)))
+    entries = [{"mask": "".join("1" if d else "0" for d in q), "solution": "".join(map(str, a))} for q, a in rows]
+    data = {"meta": {}, "fn_fc_day1": entries[::2], "killer_combo": entries[1::2]}
+    collection, top = tmp_path / "puzzle_collection.json.gz", tmp_path / "top1465.py"
+    with gzip.open(collection, "wt") as f:
+        json.dump(data, f)
+    top_strings = F.digits_to_strings(np.stack([q for q, _ in made[classes:]]))
+    top.write_text(f'"""stand-in"""\nTOP1465 = {top_strings!r}\n')
+    monkeypatch.setattr(sudoku.hard, "larsdoku_file", lambda name: str(tmp_path / name))
+    sudoku.hard.read_top1465.cache_clear()
+    return pd.DataFrame(rows, columns=["question", "answer"]), top_strings

@@ -1,7 +1,6 @@
 """prepare_data.py and its modules: generated splits, the array files training reads, every input format,
 every bad-input class (sudoku/puzzle_files.py), the hub path offline, Tim Vink derivation and the deduction-only
 cohort (sudoku/solver_fields.py)."""
-import gzip
 import hashlib
 import json
 import os
@@ -19,8 +18,8 @@ import sudoku.board
 import sudoku.data as D
 import sudoku.hard
 import sudoku.symmetry as Y
+from helpers import NORVIG_HARD, fake_larsdoku, transformed
 
-NORVIG_HARD = "4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......"
 SIZES = ["--n_train=40", "--n_val=8", "--n_test=12"]
 
 
@@ -380,14 +379,6 @@ def test_meta_records_arguments(data_dir):
 # -----------------------------------------------------------------------------
 # no puzzle, and no symmetric copy of one, in two splits; Top1465 never in train or val
 
-def transformed(question: str, answer: str, seed: int) -> tuple[str, str]:
-    """A relabelled, transposed (and row/column-shuffled) copy of a puzzle and its solution."""
-    relabel, rows, cols, _ = Y.random_symmetry(np.random.default_rng(seed))
-    sym = (relabel, rows, cols, True)
-    q, a = (Y.apply_symmetry(digits([s])[0], sym) for s in (question, answer))
-    return F.digits_to_strings(q[None])[0], F.digits_to_strings(a[None])[0]
-
-
 def all_questions(out: str) -> dict[str, set[str]]:
     return {s: set(pd.read_parquet(os.path.join(out, f"{s}.parquet"))["question"]) for s in D.SPLITS}
 
@@ -421,29 +412,6 @@ def test_a_transposed_relabelled_top1465_puzzle_is_dropped(puzzles, tmp_path):
     solved = digits(written["answer"])
     assert (sudoku.board.count_violations_batch(solved) == 0).all() and ((digits(written["question"]) == 0)
                                                                     | (digits(written["question"]) == solved)).all()
-
-
-def fake_larsdoku(tmp_path, monkeypatch, classes: int, copies: int, top_puzzles: int) -> tuple[pd.DataFrame, list[str]]:
-    """A small stand-in for the larsdoku package's two data files: `classes` puzzles with `copies`
-    symmetric copies each, over two sub-collections, and a Top1465 list of `top_puzzles` other puzzles,
-    one of which is also planted (transformed) in the collection."""
-    rng = np.random.default_rng(5)
-    made = [sudoku.board.generate_puzzle(rng, 24)[:2] for _ in range(classes + top_puzzles)]
-    rows = []
-    for i, (q, a) in enumerate(made[:classes] + made[classes:classes + 1]):
-        for k in range(copies if i < classes else 1):
-            sym = Y.random_symmetry(np.random.default_rng([i, k]))
-            rows.append((Y.apply_symmetry(q, sym), Y.apply_symmetry(a, sym)))
-    entries = [{"mask": "".join("1" if d else "0" for d in q), "solution": "".join(map(str, a))} for q, a in rows]
-    data = {"meta": {}, "fn_fc_day1": entries[::2], "killer_combo": entries[1::2]}
-    collection, top = tmp_path / "puzzle_collection.json.gz", tmp_path / "top1465.py"
-    with gzip.open(collection, "wt") as f:
-        json.dump(data, f)
-    top_strings = F.digits_to_strings(np.stack([q for q, _ in made[classes:]]))
-    top.write_text(f'"""stand-in"""\nTOP1465 = {top_strings!r}\n')
-    monkeypatch.setattr(sudoku.hard, "larsdoku_file", lambda name: str(tmp_path / name))
-    sudoku.hard.read_top1465.cache_clear()
-    return pd.DataFrame(rows, columns=["question", "answer"]), top_strings
 
 
 def test_larsdoku_source_splits_whole_symmetry_classes(tmp_path, monkeypatch):
@@ -524,9 +492,34 @@ def test_derive_only_the_chosen_splits_and_top1465(tmp_path, monkeypatch, capsys
     assert "reusing the data built" in text and "top1465 " in text and "deduction_only" in text
 
 
+def test_hub_splits_are_kept_as_published_and_overlaps_reported(puzzles, tmp_path, monkeypatch, capsys):
+    """The paper's data set is read as published (Table 1 scores the first 2,000 test puzzles): a Top1465
+    copy planted in the hub's test split and a test puzzle repeated in its train split both stay, and the
+    summary counts them; --drop_overlap (next test) is the way to drop them."""
+    top = sudoku.hard.read_top1465()
+    test = puzzles.iloc[30:][["question", "answer"]]
+    top_copy = transformed(top["question"][5], top["answer"][5], seed=2)
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    train = pd.concat([test.iloc[:1], puzzles.iloc[:20][["question", "answer"]]], ignore_index=True)
+    train.to_parquet(hub / "train.parquet")
+    published_test = pd.concat([test.iloc[:3], pd.DataFrame([top_copy], columns=["question", "answer"]), test.iloc[3:]],
+                               ignore_index=True)
+    published_test.to_parquet(hub / "test.parquet")
+    monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(hub))
+    out = str(tmp_path / "out")
+    P.main(["--source=hf", "--out_dir=" + out, "--n_val=4"])
+    written = {s: pd.read_parquet(os.path.join(out, f"{s}.parquet")) for s in D.SPLITS}
+    assert written["test"]["question"].tolist() == published_test["question"].tolist()  # order and the copy kept
+    assert written["train"]["question"].tolist() == train["question"].tolist()[:-4]
+    text = capsys.readouterr().out
+    assert "test: 1 symmetric copies of Top1465's puzzles, kept" in text
+    assert "train: 1 symmetric copies of a later split's or Top1465's puzzles, kept" in text
+
+
 def test_hub_train_loses_raw_and_symmetric_copies_of_test_puzzles(puzzles, tmp_path, monkeypatch, capsys):
-    """A hub whose train split repeats a test puzzle, once as it is and once transformed: neither stays
-    in train (bug checked: the raw-string check alone keeps the transformed copy)."""
+    """--drop_overlap: a hub whose train split repeats a test puzzle, once as it is and once transformed:
+    neither stays in train (bug checked: the raw-string check alone keeps the transformed copy)."""
     test = puzzles.iloc[30:][["question", "answer"]]
     copy = transformed(test["question"].iloc[0], test["answer"].iloc[0], seed=3)
     planted = pd.DataFrame([list(test.iloc[1]), list(copy)], columns=["question", "answer"])
@@ -536,7 +529,7 @@ def test_hub_train_loses_raw_and_symmetric_copies_of_test_puzzles(puzzles, tmp_p
     test.to_parquet(hub / "test.parquet")
     monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(hub))
     out = str(tmp_path / "out")
-    P.main(["--source=hf", "--out_dir=" + out, "--n_val=4"])
+    P.main(["--source=hf", "--out_dir=" + out, "--n_val=4", "--drop_overlap"])
     splits = all_questions(out)
     assert len(splits["train"]) == 16 and not {copy[0], test["question"].iloc[1]} & splits["train"]
     assert splits["test"] == set(test["question"])
