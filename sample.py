@@ -97,6 +97,20 @@ def score(questions: torch.Tensor, answers: torch.Tensor | None, result: DecodeR
     return m
 
 
+def per_puzzle(questions: torch.Tensor, answers: torch.Tensor | None, result: DecodeResult) -> dict:
+    """One decode's outcome per puzzle, compact: solved as a string of 0/1, the share of blank cells filled
+    right (3 decimals) and the batch-1 NFE, in puzzle order."""
+    out: dict = {"batch1_nfe": result.batch1_nfe.tolist()}
+    if answers is not None:
+        answers = answers.to(result.pred.device).long()
+        right = result.pred == answers
+        blank = questions.to(result.pred.device) == MASK
+        out["solved"] = "".join("1" if x else "0" for x in right.all(1).tolist())
+        share = (right & blank).sum(1) / blank.sum(1).clamp(min=1)
+        out["blank_right"] = [round(x, 3) for x in share.tolist()]
+    return out
+
+
 def score_samples(questions: torch.Tensor, answers: torch.Tensor | None,
                   results: list[DecodeResult]) -> dict[str, float | None]:
     """The metrics of k decodes of the same puzzles: score() of one decode; for k > 1 every metric is its
@@ -181,6 +195,9 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot_nfe", default="batch1_nfe", choices=tuple(NFE_AXES), help="x axis of --plot "
                    "(default: Table 1's batch-1 count)")
     p.add_argument("--dump", default="", help="per-puzzle JSONL at --tau: question, answer, prediction, nfe, boards")
+    p.add_argument("--per_puzzle", type=_bool, default=False, help="--out also records, at every τ, which puzzles "
+                   "were solved, their blank cells filled right and their batch-1 NFE (to cut results by "
+                   "difficulty later)")
     args = p.parse_args(argv)
     args.device = pick_device(args.device)  # resolved here: the --out file records the device that ran
     if not args.ckpt and not args.results:
@@ -211,6 +228,8 @@ def check_sampler_args(args: argparse.Namespace) -> None:
         raise SystemExit(f"--state_noise must be a finite number >= 0, got {args.state_noise}")
     if args.samples_per_puzzle < 1:
         raise SystemExit(f"--samples_per_puzzle must be >= 1, got {args.samples_per_puzzle}")
+    if args.per_puzzle and args.samples_per_puzzle > 1:
+        raise SystemExit("--per_puzzle records one decode per puzzle: use it with --samples_per_puzzle=1")
     if args.samples_per_puzzle > 1 and args.state_noise == 0:
         raise SystemExit("--samples_per_puzzle > 1 needs --state_noise > 0: decoding is otherwise deterministic "
                          "and the samples would be identical")
@@ -365,6 +384,8 @@ def main(argv: list[str] | None = None) -> None:
                 t0 = time.time()
                 results = decode_samples(model, q, tau, args, record)
                 m = score_samples(q, a, results) | {"seconds": round(time.time() - t0, 3)}
+                if args.per_puzzle:
+                    m["per_puzzle"] = per_puzzle(q, a, results[0])
                 entry["results"][cohort][tau_key(tau)] = m
                 print(metrics_line(name, w, cohort, tau, m), flush=True)
                 if record:

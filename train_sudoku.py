@@ -27,7 +27,7 @@ import sys
 import time
 import types
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import numpy as np
@@ -56,6 +56,7 @@ class TrainConfig:
     paper_config: bool = False  # set by the eight Table 1 presets: data_dir must hold the hub's Sudoku-Extreme
     allow_any_data: bool = False  # let a paper config train on other data (tests, smoke runs); not comparable with the paper
     eval_interval: int = 5000  # steps between validations, each saving ckpt.pt (as nanoGPT); 0 = only at the end
+    keep_interval: int = 0  # also keep the EMA weights every this many steps: out_dir/kept/step_N.safetensors (0 = off)
     eval_split: str = "val"  # prepared split for validation (the authors validated on the test split)
     eval_puzzles: int = 2048  # its first puzzles used (paper: 51,200)
     eval_batch_size: int = 512
@@ -133,7 +134,7 @@ def check_ranges(cfg: TrainConfig) -> None:
     for key in ("n_layer", "n_head", "n_embd", "d_ff", "batch_size", "max_iters", "log_interval", "eval_batch_size",
                 "eval_max_steps"):
         need(getattr(cfg, key) >= 1, key, ">= 1")
-    for key in ("eval_interval", "eval_puzzles", "warmup_iters", "seed"):  # eval_interval 0 / eval_puzzles 0: off
+    for key in ("eval_interval", "keep_interval", "eval_puzzles", "warmup_iters", "seed"):  # eval_interval 0 / eval_puzzles 0: off
         need(getattr(cfg, key) >= 0, key, ">= 0")
     need(cfg.n_embd % cfg.n_head == 0, "n_head", f"a divisor of n_embd={cfg.n_embd}")
     need(0 < cfg.learning_rate < math.inf, "learning_rate", "a finite number > 0")
@@ -158,12 +159,12 @@ def check_ranges(cfg: TrainConfig) -> None:
 # run directory (common.py, shared with train_fastdllm.py): one run per out_dir, held by a lock file
 # while it trains, resume rules (docs/reliability.md)
 
-RUN_FILES = ("ckpt.pt", "metrics.jsonl")  # out_dir holds a run when it has one of these
+RUN_FILES = ("ckpt.pt", "metrics.jsonl", "kept")  # out_dir holds a run when it has one of these
 OVERWRITES = RUN_FILES + ("ckpt.pt.tmp",)  # what overwrite=True deletes
 LOCK_FILE = common.LOCK_FILE
 RESUME_KEYS = ("model", "model_config", "config", "optimizer", "step", "data_pos", "rank_state")
 RESUME_RULES = common.ResumeRules(
-    may_change=("max_iters", "max_minutes", "eval_interval"),
+    may_change=("max_iters", "max_minutes", "eval_interval", "keep_interval"),
     not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device", "compile",
                   "wandb_log", "wandb_project", "wandb_run_name"),
     fixed=("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "pos_emb", "batch_size"))
@@ -690,6 +691,21 @@ def evaluate(run: SudokuRun) -> dict:
     return validate(m, run.val_q, run.val_a, run.cfg)
 
 
+def keep_weights(run: SudokuRun) -> str:
+    """out_dir/kept/step_N.safetensors: the weights validation uses (EMA, or raw without it), small and
+    loadable like a reference model (sample.py --ckpt=...), so a run's learning curve can be evaluated later."""
+    m = run.raw_model
+    if run.ema is not None:
+        m = copy.deepcopy(run.raw_model)
+        run.ema.copy_to(m)
+    path = os.path.join(run.cfg.out_dir, "kept", f"step_{run.step}.safetensors")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    common.save_weights(m, path + ".tmp", {"config": json.dumps(run.run_config), "step": str(run.step),
+                                           "weights": "ema" if run.ema is not None else "raw"})
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def stop_if_collapsed(run: SudokuRun, metrics: dict) -> bool:
     """Announce a collapsed run (collapse_message); True when it should stop (every rank decides alike)."""
     message = None
@@ -750,7 +766,8 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
 
         log_now = step % cfg.log_interval == 0 or done
         eval_now = done or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
-        if log_now or eval_now:
+        keep_now = cfg.keep_interval > 0 and step % cfg.keep_interval == 0
+        if log_now or eval_now or keep_now:
             if device_type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.time() - t0
@@ -769,6 +786,8 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
                 print(line, flush=True)
                 log(run, record)
             loss_acc, n_acc, new_acc, log_seconds = 0.0, 0, 0, 0.0
+        if keep_now and run.master:
+            keep_weights(run)  # before save: a run killed in between redoes these steps and writes the same file
         if eval_now:
             if run.master:
                 t_eval = time.time()
@@ -781,7 +800,7 @@ def train_locked(cfg: TrainConfig, train_data=None, val_data=None) -> dict:
                     log(run, {f"val/{k}" if k != "step" else k: v for k, v in metrics.items()})
             save(run, metrics)
             done = stop_if_collapsed(run, metrics) or done
-        if log_now or eval_now:
+        if log_now or eval_now or keep_now:
             t0 = time.time()  # evaluation, logging and saving do not count as training time
     if run.ddp:
         dist.barrier()

@@ -251,7 +251,16 @@ def data_source(args: argparse.Namespace, cohorts: dict[str, tuple[torch.Tensor,
         if a is not None:
             h.update(a.to(torch.int64).contiguous().numpy().tobytes())
         puzzles[cohort] = h.hexdigest()
-    return {"data": args.data, "data_dir": os.path.abspath(args.data_dir), "puzzles": puzzles}
+    return {"data": args.data, "data_dir": portable_path(args.data_dir), "puzzles": puzzles}
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable_path(path: str) -> str:
+    """Relative to the repository when inside it (kept results then name no machine's directories), else absolute."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, REPO) if os.path.commonpath([full, REPO]) == REPO else full
 
 
 def check_same_puzzles(where: str, source: dict | None, ref: dict | None) -> None:

@@ -103,6 +103,27 @@ def test_resume_equals_uninterrupted_run(tmp_path, objective, extra, device):
     assert model.config.relay == (objective == "relay")
 
 
+def test_kept_weights_are_the_ema_at_their_step_and_survive_resume(tmp_path):
+    """keep_interval=2: kept/step_{2,4,6}.safetensors hold the EMA weights of those steps (each checked
+    against the EMA of a run that stopped there) and a run cut at step 3 and resumed keeps the same files."""
+    from safetensors.torch import load_file
+    args = ["--objective=relay", "--eval_interval=0", "--keep_interval=2"]
+    full = run(tmp_path / "full", *args, "--max_iters=6")
+    short = run(tmp_path / "short", *args, "--max_iters=4")
+    run(tmp_path / "cut", *args, "--max_iters=3")
+    run(tmp_path / "cut", *args, "--max_iters=6", "--resume=True")
+    kept = lambda d, step: load_file(str(tmp_path / d / "kept" / f"step_{step}.safetensors"))  # noqa: E731
+    assert sorted(os.listdir(tmp_path / "full" / "kept")) == [f"step_{s}.safetensors" for s in (2, 4, 6)]
+    for step, ckpt in ((4, short), (6, full)):
+        for name, value in ckpt["ema"]["shadow"].items():
+            assert torch.equal(kept("full", step)[name], value), (step, name)
+    for step in (2, 4, 6):
+        a, b = kept("full", step), kept("cut", step)
+        assert all(torch.equal(a[k], b[k]) for k in a), step
+    model, config = load_model(str(tmp_path / "full" / "kept" / "step_4.safetensors"))
+    assert config["objective"] == "relay" and model.config.relay
+
+
 def test_max_minutes_stops_early_and_logs(tmp_path, device):
     ckpt = run(tmp_path, "--objective=rollout", "--max_iters=50", "--max_minutes=1e-6", "--eval_interval=0",
                device=device)
