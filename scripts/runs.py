@@ -17,16 +17,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
 
 
-def sh(cmd: list[str], log: str | None = None) -> None:
-    """Run cmd from the repo root, echo it, tee its output to `log`; stop the driver if it fails."""
-    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+def sh(cmd: list[str], log: str | None = None, echo: bool = True) -> None:
+    """Run cmd from the repo root, echo it, tee its output to `log` (echo=False: output to `log` only, for
+    drivers that run several commands at once); stop the driver if it fails."""
+    if echo:
+        print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     t0 = time.time()
     # line-buffered, so train.log is current while a long run goes on and complete if it is killed
     with open(log, "a", buffering=1) if log else open(os.devnull, "w") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         last = ""
+        if not echo:
+            f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
         for line in proc.stdout:
-            sys.stdout.write(line)
+            if echo:
+                sys.stdout.write(line)
             f.write(line)
             last = line.strip() or last
         code = proc.wait()
@@ -110,7 +115,7 @@ def is_extension(changes: dict[str, tuple[str | None, str | None]], finished: bo
     return bool(changes) and all(k in BUDGET_KEYS and grew(*v) for k, v in changes.items())
 
 
-def train(objective: str, out_dir: str, seed: int, args: list[str], replace: bool = False) -> str:
+def train(objective: str, out_dir: str, seed: int, args: list[str], replace: bool = False, echo: bool = True) -> str:
     """Train one run into out_dir; returns out_dir. Never deletes a run unless replace=True:
     - a run finished with the same command is skipped;
     - one interrupted (killed, out of session time) resumes from its last checkpoint;
@@ -148,7 +153,7 @@ def train(objective: str, out_dir: str, seed: int, args: list[str], replace: boo
     # a run killed before its first checkpoint left only log lines: it starts again from scratch
     flags = ["--resume=True"] if resume else (["--overwrite=True"] if holds_run else [])
     t0 = time.time()
-    sh(cmd + flags, log=os.path.join(full, "train.log"))
+    sh(cmd + flags, log=os.path.join(full, "train.log"), echo=echo)
     write_marker(done, {"cmd": cmd[1:], "seconds": round(time.time() - t0, 1), "resumed": resume})
     return out_dir
 

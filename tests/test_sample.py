@@ -17,6 +17,7 @@ import torch.nn as nn
 import sample
 import sudoku.decode
 import sudoku.report
+from common import load_model
 from scripts import runs
 from sudoku.board import DIGIT0, MASK, count_violations_batch, digits_to_tokens, random_grid, tokens_to_digits
 from helpers import ScriptedDenoiser, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny_sudoku
@@ -296,6 +297,33 @@ def test_cli_writes_json_table_plot_and_dump(tmp_path, capsys):
     assert "| MLM | untied | 2 (2 collapsed) |" in table and "| Relay | untied | 2 (2 collapsed) |" in table
 
 
+def test_per_puzzle_records_hand_counted_outcomes(tmp_path):
+    """A model that writes 5 everywhere solves a puzzle iff every blank's answer is 5 and fills right the
+    share of blanks whose answer is 5 (both counted here from the answers); each puzzle's batch-1 NFE is
+    that of decoding it alone."""
+    from sudoku.board import format_board
+    sol = random_grid(np.random.default_rng(3))
+    only_fives = np.where(sol == 5, 0, sol)  # its blanks are exactly the 5s: solved by the constant model
+    rows = [(format_board(only_fives), format_board(sol))]
+    q, a = make_puzzles(5, seed=12)
+    rows += [(format_board(tokens_to_digits(x.numpy())), format_board(tokens_to_digits(y.numpy()))) for x, y in zip(q, a)]
+    data = tmp_path / "p.csv"
+    data.write_text("question,answer\n" + "".join(f"{x},{y}\n" for x, y in rows))
+    ckpt, out = constant_checkpoint(tmp_path / "c.pt", digit=5, conf=0.9), tmp_path / "r.json"
+    sample.main([f"--ckpt={ckpt}", f"--data={data}", "--taus=0.15,0.95", "--per_puzzle=True", f"--out={out}"])
+    questions = [np.array([int(c) if c != "." else 0 for c in x]) for x, _ in rows]
+    answers = [np.array([int(c) for c in y]) for _, y in rows]
+    model, _ = load_model(ckpt)
+    for tau, m in json.loads(out.read_text())["checkpoints"][0]["results"]["all"].items():
+        pp = m["per_puzzle"]
+        fives = [float(np.mean(ans[qq == 0] == 5)) for qq, ans in zip(questions, answers)]
+        assert pp["solved"] == "".join("1" if f == 1 else "0" for f in fives) and pp["solved"][0] == "1"
+        assert pp["blank_right"] == [round(f, 3) for f in fives]
+        alone = [sudoku.decode.decode_puzzles(model, torch.tensor(digits_to_tokens(qq))[None], tau=float(tau))
+                 .batch1_nfe.item() for qq in questions]
+        assert pp["batch1_nfe"] == alone and np.mean(alone) == pytest.approx(m["batch1_nfe"])
+
+
 def test_cli_merges_earlier_results_without_decoding_again(tmp_path, capsys):
     data = puzzle_csv(tmp_path / "p.csv")
     common = [f"--data={data}", "--n=4", "--taus=0.05,0.15", "--batch_size=3"]
@@ -445,7 +473,7 @@ def test_driver_resumes_an_interrupted_run_and_skips_a_finished_one(tmp_path, mo
     another command -> refused, a fresh run with replace=True. Training is faked: only the driver's bookkeeping is under test."""
     calls = []
 
-    def fake_sh(cmd, log=None):
+    def fake_sh(cmd, log=None, echo=True):
         calls.append(cmd)
         open(os.path.join(out, "ckpt.pt"), "w").close()
         if len(calls) == 1:

@@ -1,0 +1,328 @@
+"""The stand-in study's report, drawn only from its kept results (results/standin_study/): the crossover
+figure, the difficulty ladder and Table 1's columns (scripts/standin_study.py runs the study).
+
+    python scripts/standin_study.py --report_only          # or: python scripts/standin_report.py
+
+Layout of the kept results: <out>/<run>/<set>/<protocol>_<equivalents>.json, one sample.py --out file
+(with --per_puzzle) per run, puzzle set, protocol (light: every kept step; full: the last) and training
+compute in MLM-step equivalents; <out>/puzzles.json holds the rating and clue count of each set's
+puzzles in the order they were scored (no puzzles), so the ladder redraws without the data.
+"""
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sudoku.frontier  # noqa: E402
+import sudoku.report  # noqa: E402
+from sudoku.frontier import Point  # noqa: E402
+
+NAMES = sudoku.report.OBJECTIVE_NAMES
+HEADLINE_TAU = 0.15
+RUN = re.compile(r"^(mlm|rollout|relay_sg|relay)_s(\d+)$")
+FILE = re.compile(r"^(light|full)_(\d+)\.json$")
+RATING_BANDS = ((0, 0), (1, 10), (11, 50), (51, 100), (101, 200), (201, None))  # this solver's backtracks
+CLUE_BANDS = ((17, 23), (24, 26), (27, 30), (31, 45))
+MATCHED_BUDGETS = 4  # NFE budgets spread over the range every compared curve covers
+
+
+def slug(name: str) -> str:
+    return re.sub(r"\W+", "_", name).strip("_").lower()
+
+
+def result_path(out: str, run: str, set_name: str, protocol: str, equivalents: int) -> str:
+    return os.path.join(out, run, slug(set_name), f"{protocol}_{equivalents}.json")
+
+
+# -----------------------------------------------------------------------------
+# reading the kept results
+
+def load(out: str) -> dict:
+    """{(objective, seed, set slug, protocol, equivalents): the cohort's results by τ key} of every kept JSON."""
+    found = {}
+    for run in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        m = RUN.match(run)
+        if not m:
+            continue
+        for set_slug in sorted(os.listdir(os.path.join(out, run))):
+            folder = os.path.join(out, run, set_slug)
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                f = FILE.match(name)
+                if not f:
+                    continue
+                with open(os.path.join(folder, name)) as fh:
+                    kept = json.load(fh)
+                results = next(iter(kept["checkpoints"][0]["results"].values()))
+                found[m.group(1), int(m.group(2)), set_slug, f.group(1), int(f.group(2))] = results
+    return found
+
+
+def curve(results: dict, metric: str = "exact_match", keep: np.ndarray | None = None) -> list[Point]:
+    """A τ sweep as frontier points (Table 1's batch-1 NFE); `keep` selects puzzles from the per-puzzle record."""
+    points = []
+    for m in results.values():
+        if keep is None:
+            points.append(Point(nfe=m["batch1_nfe"], acc=m[metric], n=m["n"]))
+            continue
+        pp = m["per_puzzle"]
+        nfe = np.asarray(pp["batch1_nfe"], dtype=float)[keep]
+        if metric == "exact_match":
+            value = np.frombuffer(pp["solved"].encode(), dtype=np.uint8)[keep] == ord("1")
+        else:
+            value = np.asarray(pp["blank_right"], dtype=float)[keep]
+        points.append(Point(nfe=float(nfe.mean()), acc=float(value.mean()), n=int(keep.sum())))
+    return points
+
+
+def matched_mean(curves: list[list[Point]], budgets: list[float]) -> list[float]:
+    """Each curve's mean accuracy over the budgets (all inside every curve's NFE range)."""
+    return [float(np.mean([sudoku.frontier.accuracy_at(c, b)[0] for b in budgets])) for c in curves]
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    mean = float(np.mean(values))
+    return mean, (float(np.std(values, ddof=1)) if len(values) > 1 else math.nan)
+
+
+def _fmt(values: list[float]) -> str:
+    m, s = mean_sd(values)
+    mean = f"{100 * m:.1f}".replace("-0.0", "0.0")  # rounding noise of a zero difference
+    return mean + ("" if math.isnan(s) else f" ± {100 * s:.1f}")
+
+
+# -----------------------------------------------------------------------------
+# the crossover: accuracy at matched NFE against training compute
+
+def crossover(found: dict, set_slug: str, metric: str = "exact_match") -> list[dict]:
+    """Per compute point where MLM and Relay both have light results: the NFE budgets both cover, and each
+    objective's per-seed mean accuracy over them (seeds present at that point)."""
+    rows = []
+    points = sorted({k[4] for k in found if k[2] == set_slug and k[3] == "light"})
+    for eq in points:
+        sweeps = {o: {s: found[k] for k in found if k[0] == o and k[2] == set_slug and k[3] == "light"
+                      and k[4] == eq for s in [k[1]]} for o in ("mlm", "relay")}
+        if not all(sweeps.values()):
+            continue
+        curves = {o: [curve(r, metric) for _, r in sorted(v.items())] for o, v in sweeps.items()}
+        budgets = sudoku.frontier.even_budgets(curves["mlm"] + curves["relay"], MATCHED_BUDGETS)
+        row = {"equivalents": eq, "budgets": budgets}
+        for o, cs in curves.items():
+            row[o] = matched_mean(cs, budgets) if budgets else []
+        rows.append(row)
+    return rows
+
+
+def crossover_table(found: dict, set_names: dict[str, str]) -> str:
+    lines = []
+    for set_slug, title in set_names.items():
+        rows = crossover(found, set_slug)
+        if not rows:
+            continue
+        lines += [f"\n**{title}**: exact match (%) at matched NFE per puzzle, mean over seeds ± s.d.", "",
+                  "| compute (MLM-step equivalents) | NFE range | MLM | Relay | Relay − MLM | seeds |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            if not r["budgets"]:
+                lines.append(f"| {r['equivalents']:,} | no NFE range both cover | | | | |")
+                continue
+            diff = [b - a for a, b in zip(r["mlm"], r["relay"])]  # seed i of Relay against seed i of MLM
+            lines.append(f"| {r['equivalents']:,} | {r['budgets'][0]:.1f}-{r['budgets'][-1]:.1f} | {_fmt(r['mlm'])} | "
+                         f"{_fmt(r['relay'])} | {_fmt(diff) if len(r['mlm']) == len(r['relay']) else 'n/a'} | "
+                         f"{len(r['mlm'])} / {len(r['relay'])} |")
+    return "\n".join(lines)
+
+
+def plot_crossover(found: dict, set_names: dict[str, str], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    metrics = (("exact_match", "exact match (%)"), ("token_accuracy", "blank cells filled right (%)"))
+    fig, axes = plt.subplots(2, len(set_names), figsize=(5 * len(set_names), 7.5), squeeze=False)
+    for col, (set_slug, title) in enumerate(set_names.items()):
+        for row, (metric, label) in enumerate(metrics):
+            ax = axes[row][col]
+            rows = [r for r in crossover(found, set_slug, metric) if r["budgets"]]
+            for o in ("mlm", "relay"):
+                xs = [r["equivalents"] for r in rows]
+                stats = [mean_sd(r[o]) for r in rows]
+                mean = np.array([100 * m for m, _ in stats])
+                sd = np.nan_to_num(np.array([100 * s for _, s in stats]))
+                ax.plot(xs, mean, "o-", color=sudoku.report.OBJECTIVE_COLORS[o], label=NAMES[o])
+                ax.fill_between(xs, mean - sd, mean + sd, color=sudoku.report.OBJECTIVE_COLORS[o], alpha=0.2)
+            ax.set(xlabel="training compute (MLM-step equivalents)", ylabel=f"{label} at matched NFE")
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(title)
+                ax.legend(fontsize=8)
+    fig.suptitle("Stand-in for Sudoku-Extreme: MLM and Relay at matched NFE during training (seeds: ± s.d.)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -----------------------------------------------------------------------------
+# the ladder: Relay - MLM at matched NFE per difficulty band, final checkpoints
+
+def final_point(found: dict) -> int | None:
+    """The largest compute with full results of MLM and Relay on the test split."""
+    have = {o: {k[4] for k in found if k[0] == o and k[3] == "full" and k[2] == "test"} for o in ("mlm", "relay")}
+    both = have["mlm"] & have["relay"]
+    return max(both) if both else None
+
+
+def bands(values: np.ndarray, edges: tuple) -> list[tuple[str, np.ndarray]]:
+    out = []
+    for lo, hi in edges:
+        keep = (values >= lo) & (values <= (np.inf if hi is None else hi))
+        out.append((f"{lo}+" if hi is None else (f"{lo}" if lo == hi else f"{lo}-{hi}"), keep))
+    return out
+
+
+def ladder(found: dict, info: dict, eq: int, set_slug: str = "test") -> list[dict]:
+    """Per rating band and clue band of the set's scored puzzles: each objective's accuracy at matched NFE
+    (per seed) and Relay - MLM seed by seed."""
+    sweeps = {o: [found[k] for k in sorted(found) if k[0] == o and k[2] == set_slug and k[3] == "full" and k[4] == eq]
+              for o in ("mlm", "relay")}
+    rows = []
+    for kind, key, edges in (("rating", "rating", RATING_BANDS), ("clues", "clues", CLUE_BANDS)):
+        values = np.asarray(info[set_slug][key])
+        for label, keep in bands(values, edges):
+            if keep.sum() < 10:
+                continue
+            curves = {o: [curve(r, "exact_match", keep) for r in rs] for o, rs in sweeps.items()}
+            budgets = sudoku.frontier.even_budgets(curves["mlm"] + curves["relay"], MATCHED_BUDGETS)
+            row = {"kind": kind, "band": label, "n": int(keep.sum()), "budgets": budgets}
+            if budgets:
+                row.update({o: matched_mean(cs, budgets) for o, cs in curves.items()})
+            rows.append(row)
+    return rows
+
+
+def ladder_table(rows: list[dict], eq: int) -> str:
+    lines = ["| band | puzzles | NFE range | MLM | Relay | Relay − MLM (seed by seed) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        name = f"rating {r['band']}" if r["kind"] == "rating" else f"{r['band']} clues"
+        if not r["budgets"]:
+            lines.append(f"| {name} | {r['n']} | no NFE range both cover | | | |")
+            continue
+        diff = [b - a for a, b in zip(r["mlm"], r["relay"])]
+        lines.append(f"| {name} | {r['n']} | {r['budgets'][0]:.1f}-{r['budgets'][-1]:.1f} | {_fmt(r['mlm'])} | "
+                     f"{_fmt(r['relay'])} | {_fmt(diff)} |")
+    return (f"Exact match (%) at matched NFE per puzzle on the test split, by this solver's rating and by clue "
+            f"count, at {eq:,} MLM-step equivalents (mean over seeds ± s.d.)\n\n" + "\n".join(lines))
+
+
+def plot_ladder(rows: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), squeeze=False)
+    for ax, kind, xlabel in zip(axes[0], ("rating", "clues"), ("rating band (solver backtracks)", "clue band")):
+        sel = [r for r in rows if r["kind"] == kind and r["budgets"]]
+        diffs = [[100 * (b - a) for a, b in zip(r["mlm"], r["relay"])] for r in sel]
+        x = np.arange(len(sel))
+        ax.bar(x, [np.mean(d) for d in diffs], color="C3", alpha=0.6)
+        for i, d in enumerate(diffs):
+            ax.plot([i] * len(d), d, "k.", markersize=5)
+        ax.axhline(0, color="k", linewidth=0.8)
+        ax.set_xticks(x, [f"{r['band']}\n(n={r['n']})" for r in sel], fontsize=8)
+        ax.set(xlabel=xlabel, ylabel="Relay − MLM, exact match at matched NFE (points)")
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Difficulty ladder: bars the mean over seeds, dots each seed pair")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -----------------------------------------------------------------------------
+# the puzzles' ratings and clue counts, and the report
+
+def puzzle_info(out: str, data_dir: str, sets: dict[str, tuple[str, int]]) -> dict:
+    """{set slug: {rating, clues}} of the puzzles the full protocol scores, in order: read from data_dir when it
+    is here (and written to out/puzzles.json), else from out/puzzles.json."""
+    path = os.path.join(out, "puzzles.json")
+    files = {slug(name): os.path.join(data_dir, f) for name, (f, _) in sets.items()}
+    if all(os.path.exists(f) for f in files.values()):
+        import pandas as pd
+        from sudoku.puzzle_files import strings_to_digits
+        info = {}
+        for name, (f, n) in sets.items():
+            frame = pd.read_parquet(os.path.join(data_dir, f))
+            frame = frame.iloc[:n] if n else frame
+            info[slug(name)] = {"rating": frame["rating"].astype(int).tolist(),
+                                "clues": (strings_to_digits(frame["question"]) > 0).sum(1).tolist()}
+        os.makedirs(out, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(info, f)
+        return info
+    if not os.path.exists(path):
+        raise SystemExit(f"no {path} and no data in {data_dir}: build the data (prepare_data.py --source=standin)")
+    with open(path) as f:
+        return json.load(f)
+
+
+def n_scored(found: dict, set_slug: str, eq: int) -> int:
+    """How many puzzles the full protocol scored on a set at compute eq (the first n of its file)."""
+    ns = {next(iter(r.values()))["n"] for k, r in found.items() if k[2] == set_slug and k[3] == "full" and k[4] == eq}
+    if len(ns) != 1:
+        raise SystemExit(f"the full results on {set_slug} at {eq} equivalents scored different numbers of puzzles "
+                         f"({sorted(ns)}): not comparable")
+    return ns.pop()
+
+
+def table1(found: dict, eq: int, set_names: dict[str, str]) -> str:
+    from scripts.hard_study import table
+    results = {}
+    for set_slug, title in set_names.items():
+        for o in ("mlm", "relay", "rollout", "relay_sg"):
+            sweeps = [found[k] for k in sorted(found) if k[0] == o and k[2] == set_slug and k[3] == "full" and k[4] == eq]
+            if sweeps:
+                results.setdefault(title, {})[o] = sweeps
+    return table(results, HEADLINE_TAU)
+
+
+def protocol_text(spec: dict) -> str:
+    sets = ", ".join(f"{name} first {n}" if n else f"{name} all" for name, n in spec["n"].items())
+    return sets + "; τ ∈ {" + ", ".join(f"{t:g}" for t in spec["taus"]) + "}"
+
+
+def report(out: str, figures: str, data_dir: str) -> None:
+    from scripts.standin_study import FULL, LIGHT, SETS  # the protocols (imported here: that module imports this one)
+    found = load(out)
+    if not found:
+        raise SystemExit(f"no kept results in {out}: run the study first (scripts/standin_study.py)")
+    set_names = {slug(name): name for name in SETS}
+    text = ["# Stand-in study: MLM and Relay on Sudoku-Extreme's composition", "",
+            f"## Crossover (light protocol: {protocol_text(LIGHT)})",
+            crossover_table(found, set_names)]
+    os.makedirs(figures, exist_ok=True)
+    plot_crossover(found, set_names, os.path.join(figures, "standin_crossover.png"))
+    eq = final_point(found)
+    if eq is not None:
+        scored = {name: n_scored(found, slug(name), eq) for name in SETS}  # the n each full result scored
+        info = puzzle_info(out, data_dir, {name: (f, scored[name]) for name, f in SETS.items()})
+        rows = ladder(found, info, eq)
+        text += ["", f"## Difficulty ladder (full protocol: {protocol_text(FULL)})", "", ladder_table(rows, eq)]
+        plot_ladder(rows, os.path.join(figures, "standin_ladder.png"))
+        text += ["", f"## Table 1's columns at τ = {HEADLINE_TAU:g} ({eq:,} MLM-step equivalents, full protocol: "
+                 f"{protocol_text(FULL)})",
+                 "", table1(found, eq, set_names)]
+    body = "\n".join(text) + "\n"
+    print(body)
+    with open(os.path.join(out, "standin_study.md"), "w") as f:
+        f.write(body)
+    print(f"wrote {out}/standin_study.md and the figures in {figures}")
+
+
+if __name__ == "__main__":
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="results/standin_study")
+    p.add_argument("--figures", default="")
+    p.add_argument("--data_dir", default="data/sudoku-standin")
+    a = p.parse_args()
+    report(a.out, a.figures or a.out, a.data_dir)

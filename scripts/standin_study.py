@@ -1,0 +1,190 @@
+"""The stand-in study: MLM against Relay on Sudoku-Extreme's composition, compute-matched, past the crossover.
+
+    python scripts/standin_study.py                      # all of it, from nothing, resumable (2 cores: ~4 h a pair)
+    python scripts/standin_study.py --report_only        # tables and figures from the kept results (--out)
+    python scripts/standin_study.py --lanes=8 --device=cuda   # on a GPU: every run at once
+    python scripts/standin_study.py --smoke              # toy sizes: checks the pipeline in a few minutes
+
+What it does, each step skipped when its output is already there (so a killed study resumes):
+1. the data: `prepare_data.py --source=standin` (26% easy, 74% hard puzzles per split, every puzzle
+   rated; its test split's hard cohort in test_hard.parquet);
+2. the runs, `train_sudoku.py config/cpu_<objective>.py` with the 0.8M CPU presets: MLM and Relay with
+   each of --seeds, then --extra objectives with the first seed. Compute-matched: every run gets
+   --equivalents MLM-step equivalents (MLM steps, or K = 2 steps counted twice: a K = 2 step runs two
+   forward passes) and keeps its EMA weights every --keep_every equivalents (kept/step_N.safetensors).
+   --lanes runs at once, each with one thread on the CPU;
+3. the evaluations, one `sample.py` call per (kept weights, puzzle set): every kept step with the light
+   protocol (fewer puzzles and τs), the last one also with the full protocol; each JSON is kept in --out;
+4. the report: the crossover figure (accuracy at matched NFE against training compute), the difficulty
+   ladder (Relay - MLM per rating and clue band) and Table 1's columns, in --out/standin_study.md.
+"""
+import argparse
+import os
+import queue
+import re
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts import runs  # noqa: E402
+from scripts import standin_report  # noqa: E402
+
+FORWARDS = {"mlm": 1, "rollout": 2, "relay_sg": 2, "relay": 2}  # forward passes per optimizer step (K = 2)
+# (puzzle file in data_dir, n puzzles) per set and protocol; n = 0: all of them
+SETS = {"Top1465": "top1465.parquet", "test": "test.parquet", "test hard cohort": "test_hard.parquet"}
+LIGHT = {"taus": (0.02, 0.05, 0.15, 0.25), "n": {"Top1465": 200, "test": 400, "test hard cohort": 130}}
+FULL = {"taus": (0.01, 0.02, 0.05, 0.10, 0.15, 0.25), "n": {"Top1465": 500, "test": 1000, "test hard cohort": 0}}
+SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--eval_puzzles=16",
+               "--log_interval=5", "--warmup_iters=5"]
+SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=100"]
+SMOKE_PROTOCOL = {"taus": (0.05, 0.25), "n": {"Top1465": 16, "test": 24, "test hard cohort": 0}}
+
+
+def run_name(objective: str, seed: int) -> str:
+    return f"{objective}_s{seed}"
+
+
+def plan(seeds: list[int], extra: list[str]) -> list[tuple[str, int]]:
+    """The runs in the order the lanes take them: MLM and Relay seed by seed, then the extra objectives."""
+    return [(o, s) for s in seeds for o in ("mlm", "relay")] + [(o, seeds[0]) for o in extra]
+
+
+def train_args(objective: str, args: argparse.Namespace) -> list[str]:
+    per = FORWARDS[objective]
+    return [f"--max_iters={args.equivalents // per}", f"--data_dir={args.data_dir}",
+            f"--eval_interval={args.eval_every // per}", f"--keep_interval={args.keep_every // per}",
+            "--eval_puzzles=300", f"--device={args.device}", *args.train_args]
+
+
+def kept_steps(run_dir: str) -> list[int]:
+    """Steps with kept weights in a run directory, ascending."""
+    folder = os.path.join(run_dir, "kept")
+    found = [re.fullmatch(r"step_(\d+)\.safetensors", f) for f in (os.listdir(folder) if os.path.isdir(folder) else [])]
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def evaluate(run_dir: str, objective: str, step: int, protocol: str, args: argparse.Namespace) -> None:
+    """sample.py on every set for one kept step; each (set, protocol) JSON written once, then kept."""
+    spec = SMOKE_PROTOCOL if args.smoke else LIGHT if protocol == "light" else FULL
+    equivalents = step * FORWARDS[objective]
+    for name, file in SETS.items():
+        out = standin_report.result_path(args.out, os.path.basename(run_dir), name, protocol, equivalents)
+        if os.path.exists(out):
+            continue
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        runs.sh([sys.executable, "sample.py", f"--ckpt={run_dir}/kept/step_{step}.safetensors",
+                 f"--data={os.path.join(args.data_dir, file)}", f"--n={spec['n'][name]}",
+                 f"--taus={','.join(f'{t:g}' for t in spec['taus'])}", "--per_puzzle=True",
+                 f"--device={args.device}", f"--out={out}.tmp"], log=os.path.join(run_dir, "eval.log"), echo=False)
+        os.replace(out + ".tmp", out)
+
+
+def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: list) -> None:
+    """Take runs from the queue until it is empty: train one, then evaluate its kept weights."""
+    while not failures:
+        try:
+            objective, seed = todo.get_nowait()
+        except queue.Empty:
+            return
+        name = run_name(objective, seed)
+        run_dir = os.path.join(args.runs, name)
+        say = lambda text: print(f"[lane {number}] {time.strftime('%H:%M')} {name}: {text}", flush=True)  # noqa: E731
+        try:
+            say(f"training to {args.equivalents} MLM-step equivalents (log: {run_dir}/train.log)")
+            t0 = time.time()
+            runs.train(objective, run_dir, seed, train_args(objective, args), echo=False)
+            say(f"trained ({(time.time() - t0) / 3600:.2f} h this time); evaluating (log: {run_dir}/eval.log)")
+            steps = kept_steps(run_dir)
+            last = args.equivalents // FORWARDS[objective]
+            for step in steps:
+                evaluate(run_dir, objective, step, "light", args)
+            if last in steps:
+                evaluate(run_dir, objective, last, "full", args)
+            say(f"evaluated {len(steps)} kept steps; results in {args.out}/{name}")
+        except SystemExit as e:  # a failed command: the others stop taking new runs
+            failures.append(f"{name}: {e}")
+            say(f"FAILED: {e}")
+
+
+def run_all(args: argparse.Namespace) -> None:
+    runs.ensure_data(args.data_dir, ["--source=standin", *(SMOKE_DATA if args.smoke else [])])
+    if not os.path.exists(os.path.join(args.data_dir, "test_hard.parquet")):
+        raise SystemExit(f"{args.data_dir} holds no test_hard.parquet: not built with --source=standin; "
+                         "choose another --data_dir or rebuild it")
+    if args.device == "cpu":
+        os.environ["OMP_NUM_THREADS"] = "1"  # one core per lane (inherited by every command)
+    todo: queue.Queue = queue.Queue()
+    for item in plan(args.seeds, args.extra):
+        todo.put(item)
+    failures: list[str] = []
+    threads = [threading.Thread(target=lane, args=(i + 1, todo, args, failures)) for i in range(args.lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit("the study stopped: " + "; ".join(failures))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--seeds", default="1,2,3", help="seeds of MLM and Relay")
+    p.add_argument("--extra", default="rollout,relay_sg", help="objectives trained once (first seed) after MLM and "
+                   "Relay; '' for none")
+    p.add_argument("--equivalents", type=int, default=12000, help="training compute per run, in MLM-step "
+                   "equivalents (a larger value later extends finished runs)")
+    p.add_argument("--keep_every", type=int, default=2000, help="keep the EMA weights every this many equivalents")
+    p.add_argument("--eval_every", type=int, default=1000, help="validate and checkpoint every this many equivalents")
+    p.add_argument("--lanes", type=int, default=2, help="runs at once (CPU: one per core; a GPU: all of them)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--data_dir", default="data/sudoku-standin")
+    p.add_argument("--runs", default="runs/standin")
+    p.add_argument("--out", default="results/standin_study", help="kept results and the report")
+    p.add_argument("--figures", default="", help="where the figures go (default: --out)")
+    p.add_argument("--train_args", default="", help="extra train_sudoku.py overrides for every run")
+    p.add_argument("--report_only", action="store_true", help="train and evaluate nothing: report the kept results")
+    p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data and model, 40 equivalents)")
+    args = p.parse_args(argv)
+    args.seeds = runs.int_list(args.seeds)
+    args.extra = runs.objective_list(args.extra) if args.extra.strip() else []
+    args.train_args = args.train_args.split()
+    if not args.seeds:
+        raise SystemExit("--seeds: give at least one seed")
+    if args.smoke:
+        args.data_dir = "data/sudoku-standin-smoke" if args.data_dir == "data/sudoku-standin" else args.data_dir
+        args.runs = "runs/standin-smoke" if args.runs == "runs/standin" else args.runs
+        args.out = "runs/standin-smoke/results" if args.out == "results/standin_study" else args.out
+        args.equivalents, args.keep_every, args.eval_every = 40, 20, 20
+        args.train_args = SMOKE_TRAIN + args.train_args
+    for key in ("equivalents", "keep_every", "eval_every", "lanes"):
+        if getattr(args, key) < 1:
+            raise SystemExit(f"--{key} must be >= 1")
+    for key in ("keep_every", "eval_every"):
+        if getattr(args, key) % 2 or args.equivalents % getattr(args, key):
+            raise SystemExit(f"--{key} must be even and divide --equivalents ({args.equivalents}), so MLM and the "
+                             f"K = 2 objectives keep weights at the same compute; got {getattr(args, key)}")
+    args.figures = args.figures or args.out
+    for key in ("data_dir", "runs", "out", "figures"):  # commands run from the repository root (scripts/runs.py)
+        setattr(args, key, repo_path(getattr(args, key)))
+    return args
+
+
+def repo_path(path: str) -> str:
+    """A path as the commands see it from the repository root: relative inside the repository (so the kept
+    results name no machine's directories), absolute outside it."""
+    full = os.path.abspath(path)
+    inside = os.path.commonpath([full, runs.ROOT]) == runs.ROOT
+    return os.path.relpath(full, runs.ROOT) if inside else full
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.chdir(runs.ROOT)
+    if not args.report_only:
+        run_all(args)
+    standin_report.report(args.out, args.figures, args.data_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""scripts/standin_study.py and scripts/standin_report.py: the crossover and the ladder against values
+worked out by hand from made-up kept results, and the driver's arguments."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from scripts import standin_report as R
+from scripts import standin_study as S
+
+
+def write_result(out, run: str, set_name: str, protocol: str, eq: int, sweep: dict) -> None:
+    """A sample.py --out file whose only cohort has `sweep`: {τ key: metrics}."""
+    path = R.result_path(str(out), run, set_name, protocol, eq)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"checkpoints": [{"results": {"all": sweep}}]}, f)
+
+
+def points(*pairs) -> dict:
+    """(NFE, exact match) per τ, as sample.py records them."""
+    return {f"0.{i}": {"batch1_nfe": nfe, "exact_match": acc, "token_accuracy": acc, "n": 100}
+            for i, (nfe, acc) in enumerate(pairs)}
+
+
+def test_crossover_reads_accuracy_at_matched_nfe_seed_by_seed(tmp_path):
+    """Shared NFE range [12, 18] (MLM seed 2 starts at 12, Relay seed 1 ends at 18): budgets 12, 14, 16, 18,
+    mean 15. On straight-line curves the mean accuracy over the budgets is the accuracy at 15: MLM
+    0.2 + 0.02 * 5 = 0.30 and 0.2 + 0.6 * 3 / 12 = 0.35; Relay 0.3 + 0.02 * 5 = 0.40 and 0.1 + 0.02 * 5 = 0.20."""
+    write_result(tmp_path, "mlm_s1", "test", "light", 2000, points((10, 0.2), (20, 0.4)))
+    write_result(tmp_path, "mlm_s2", "test", "light", 2000, points((12, 0.2), (24, 0.8)))
+    write_result(tmp_path, "relay_s1", "test", "light", 2000, points((10, 0.3), (18, 0.46)))
+    write_result(tmp_path, "relay_s2", "test", "light", 2000, points((10, 0.1), (30, 0.5)))
+    write_result(tmp_path, "relay_s1", "test", "light", 4000, points((10, 0.3), (20, 0.5)))  # no MLM at 4000
+    rows = R.crossover(R.load(str(tmp_path)), "test")
+    assert [r["equivalents"] for r in rows] == [2000]
+    assert rows[0]["budgets"] == pytest.approx([12, 14, 16, 18])
+    assert rows[0]["mlm"] == pytest.approx([0.30, 0.35])
+    assert rows[0]["relay"] == pytest.approx([0.40, 0.20])
+    table = R.crossover_table(R.load(str(tmp_path)), {"test": "test"})
+    # Relay - MLM seed by seed: +0.10 and -0.15: mean -2.5 points, s.d. 0.25 / sqrt(2) = 17.7
+    assert "| 2,000 | 12.0-18.0 | 32.5 ± 3.5 | 30.0 ± 14.1 | -2.5 ± 17.7 | 2 / 2 |" in table
+
+
+def per_puzzle(nfe: list[int], solved: list[int]) -> dict:
+    return {"batch1_nfe": nfe, "solved": "".join(map(str, solved)), "blank_right": [float(s) for s in solved]}
+
+
+def test_ladder_splits_puzzles_by_rating_and_clues(tmp_path):
+    """20 puzzles, 10 rated 0 and 10 rated 150, all with 25 clues. Rated 0: MLM solves 2 then 4 of 10 at
+    NFE 10 then 20, Relay 3 then 5: 30% against 40% over the shared range (+10 points). Rated 150: MLM
+    0 then 2, Relay 1 then 1: 10% each (0). All 20 (24-26 clues): MLM 10% then 30%, Relay 20% then 30%:
+    20% against 25% (+5)."""
+    def sweep(low: tuple, high: tuple) -> dict:
+        out = {}
+        for i, (nfe, a, b) in enumerate(((10, *low[0:2]), (20, *high[0:2]))):
+            solved = [1] * a + [0] * (10 - a) + [1] * b + [0] * (10 - b)
+            out[f"0.{i}"] = {"per_puzzle": per_puzzle([nfe] * 20, solved), "n": 20}
+        return out
+    write_result(tmp_path, "mlm_s1", "test", "full", 12000, sweep((2, 0), (4, 2)))
+    write_result(tmp_path, "relay_s1", "test", "full", 12000, sweep((3, 1), (5, 1)))
+    found = R.load(str(tmp_path))
+    assert R.final_point(found) == 12000
+    info = {"test": {"rating": [0] * 10 + [150] * 10, "clues": [25] * 20}}
+    rows = {(r["kind"], r["band"]): r for r in R.ladder(found, info, 12000)}
+    assert set(rows) == {("rating", "0"), ("rating", "101-200"), ("clues", "24-26")}  # bands under 10 puzzles left out
+    for key, mlm, relay in ((("rating", "0"), 0.3, 0.4), (("rating", "101-200"), 0.1, 0.1), (("clues", "24-26"), 0.2, 0.25)):
+        assert rows[key]["mlm"] == pytest.approx([mlm]) and rows[key]["relay"] == pytest.approx([relay]), key
+        assert rows[key]["budgets"] == pytest.approx([10, 10 + 10 / 3, 10 + 20 / 3, 20])
+
+
+def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
+    args = S.parse_args(["--equivalents=12000", "--keep_every=2000", "--eval_every=1000"])
+    assert "--max_iters=12000" in S.train_args("mlm", args) and "--keep_interval=2000" in S.train_args("mlm", args)
+    assert "--max_iters=6000" in S.train_args("relay", args) and "--keep_interval=1000" in S.train_args("relay", args)
+    assert S.plan([1, 2], ["rollout"]) == [("mlm", 1), ("relay", 1), ("mlm", 2), ("relay", 2), ("rollout", 1)]
+    for bad in (["--keep_every=5000", "--equivalents=12000"], ["--keep_every=1999", "--equivalents=3998"]):
+        with pytest.raises(SystemExit, match="keep_every"):
+            S.parse_args(bad)
+
+
+def test_kept_steps_lists_only_kept_weight_files(tmp_path):
+    (tmp_path / "kept").mkdir()
+    for name in ("step_2000.safetensors", "step_400.safetensors", "step_9.safetensors.tmp", "notes.txt"):
+        (tmp_path / "kept" / name).write_text("")
+    assert S.kept_steps(str(tmp_path)) == [400, 2000]
+    assert S.kept_steps(str(tmp_path / "missing")) == []
+    assert np.isnan(R.mean_sd([0.5])[1])
