@@ -1,5 +1,6 @@
 """Tracked files hold no data the repository may not copy (larsdoku's Top1465 puzzles). (That no file
 cites internal notes is a repository check CI runs: .ci/repo_check.py.)"""
+import glob
 import os
 import re
 import subprocess
@@ -49,3 +50,24 @@ def test_test_files_share_only_through_helpers():
             hits += [f"tests/{name}:{node.lineno}: imports {m}" for m in modules
                      if m.split(".")[0].startswith(("test_", "conftest")) or m.startswith("tests.test_")]
     assert not hits, "\n".join(hits)
+
+
+def test_kept_results_name_no_machines_directories():
+    """Kept results (results/**/*.json) record paths relative to the repository, so they read the same on
+    every clone (checked with one file's "data_dir" put back to the absolute path of the machine that ran it)."""
+    import json
+    hits = []
+
+    def walk(value, where):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{where}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]")
+        elif isinstance(value, str) and os.path.isabs(value):
+            hits.append(f"{where}: {value}")
+    for path in glob.glob(os.path.join(ROOT, "results", "**", "*.json"), recursive=True):
+        with open(path) as f:
+            walk(json.load(f), os.path.relpath(path, ROOT))
+    assert not hits, "\n".join(hits[:10])
