@@ -12,7 +12,8 @@ Checkpoint files that say when they are damaged
   dtype, shape and raw bytes; other values: their repr), walked in sorted key order, and load_checkpoint
   recomputes it.
 - `save_weights` / `load_weights` / `load_model`: the Sudoku model's files (a train_sudoku.py checkpoint
-  or a .safetensors file); model.py holds only the architecture.
+  or a .safetensors file that carries the sha256 of its tensors and metadata, checked on load); model.py
+  holds only the architecture.
 
 One run per out_dir, for both trainers
 - `hold(out_dir, patterns, ...)`: refuse a fresh run over an existing one (unless overwrite) and a resume
@@ -142,28 +143,67 @@ def load_checkpoint(path: str, map_location="cpu", required: tuple[str, ...] = (
 # (model.py holds the architecture only, so that it can be copied with relay.py alone)
 
 
+WEIGHTS_DIGEST = "sha256"  # the metadata entry of a save_weights file that holds its digest
+
+
+def weights_digest(state: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+    """sha256 over every tensor (name, dtype, shape, bytes) and every metadata entry but the digest itself, in
+    sorted order: safetensors checks only the header's layout, so a flipped byte in a weight reads back silently."""
+    h = hashlib.sha256()
+    _feed(h, "tensors", state)
+    _feed(h, "metadata", {k: v for k, v in metadata.items() if k != WEIGHTS_DIGEST})
+    return h.hexdigest()
+
+
 def save_weights(model: SudokuTransformer, path: str, metadata: dict[str, str]) -> None:
-    """Weights only, as safetensors: fp32 tensors plus the model config and `metadata` (str -> str)."""
+    """Weights only, as safetensors: fp32 tensors plus the model config, `metadata` (str -> str) and their
+    digest (weights_digest), written to path.tmp then renamed."""
     from safetensors.torch import save_file
     state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, path, metadata={**metadata, "model_config": json.dumps(asdict(model.config))})
+    meta = {**metadata, "model_config": json.dumps(asdict(model.config))}
+    meta[WEIGHTS_DIGEST] = weights_digest(state, meta)
+    save_file(state, path + ".tmp", metadata=meta)
+    os.replace(path + ".tmp", path)
+
+
+def read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors and metadata of a safetensors file, its digest verified; ValueError with one line naming
+    the file on any problem. A file without a digest (written by an older version) loads with a warning."""
+    from safetensors import safe_open
+    fix = "restore it from a copy (git checkout for reference/) or export it again (scripts/export_reference.py)"
+    try:
+        with safe_open(path, "pt") as f:
+            meta = dict(f.metadata() or {})
+            state = {k: f.get_tensor(k) for k in f.keys()}
+    except BaseException as e:  # noqa: B036: safetensors' Rust panics derive from BaseException
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise ValueError(f"{path} is not a readable safetensors file ({detail}): {fix}") from None
+    saved = meta.get(WEIGHTS_DIGEST)
+    if saved is None:
+        print(f"warning: {path} carries no sha256 (written before digests were added): its weights are not "
+              "verified; export it again to add one", file=sys.stderr)
+    elif saved != weights_digest(state, meta):
+        raise ValueError(f"{path} is corrupted: its weights or metadata do not match the sha256 stored in it; {fix}")
+    return state, meta
 
 
 def load_weights(path: str, device: str = "cpu") -> tuple[SudokuTransformer, dict]:
     """Load a save_weights file in eval mode. Returns (model, metadata with "config" parsed if present)."""
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-    try:
-        with safe_open(path, "pt") as f:
-            meta = dict(f.metadata() or {})
-        state = load_file(path)
-    except (SafetensorError, OSError) as e:
-        raise ValueError(f"{path} is not a readable safetensors file ({e})") from None
+    state, meta = read_weights(path)
+    meta.pop(WEIGHTS_DIGEST, None)
     if "model_config" not in meta:
         raise ValueError(f"{path} has no model_config in its metadata: not written by common.save_weights")
-    model = model_from_config(json.loads(meta.pop("model_config")))
-    model.load_state_dict(state)
-    meta["config"] = json.loads(meta.get("config", "{}"))
+    try:
+        model = model_from_config(json.loads(meta.pop("model_config")))
+        model.load_state_dict(state)
+        meta["config"] = json.loads(meta.get("config", "{}"))
+    except (ValueError, TypeError, RuntimeError, KeyError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        detail = "; ".join(line.strip() for line in str(e).splitlines()[1:3] if line.strip())
+        raise ValueError(f"{path}: not the weights of a Sudoku model of this repository ({first} {detail})".strip()) \
+            from None
     return model.to(device).eval(), meta
 
 

@@ -700,9 +700,8 @@ def keep_weights(run: SudokuRun) -> str:
         run.ema.copy_to(m)
     path = os.path.join(run.cfg.out_dir, "kept", f"step_{run.step}.safetensors")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    common.save_weights(m, path + ".tmp", {"config": json.dumps(run.run_config), "step": str(run.step),
-                                           "weights": "ema" if run.ema is not None else "raw"})
-    os.replace(path + ".tmp", path)
+    common.save_weights(m, path, {"config": json.dumps(run.run_config), "step": str(run.step),
+                                  "weights": "ema" if run.ema is not None else "raw"})
     return path
 
 

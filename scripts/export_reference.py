@@ -1,9 +1,10 @@
 """Export a Sudoku run's EMA weights as a small safetensors file (the quick start's reference models).
 
     python scripts/export_reference.py --ckpt=runs/budget_clean/relay_cold_s1 --out=reference/relay.safetensors
+    python scripts/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # add a digest to an older export
 
 Writes only what decoding needs: the EMA weights (fp32, what the run's own validation used), the
-model config, the run's config and the step it stopped at. common.load_model reads the file like a
+model config, the run's config, the step it stopped at and the sha256 of all of them (checked on load). common.load_model reads the file like a
 run directory, so sample.py --ckpt=reference/relay.safetensors works too.
 """
 import argparse
@@ -13,17 +14,28 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import CheckpointError, load_checkpoint  # noqa: E402
-from common import save_weights  # noqa: E402
+from common import load_weights, save_weights  # noqa: E402
 from model import model_from_checkpoint  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    p.add_argument("--ckpt", required=True, help="a train_sudoku.py out_dir or its ckpt.pt")
+    p.add_argument("--ckpt", required=True, help="a train_sudoku.py out_dir or its ckpt.pt, or an exported "
+                   ".safetensors file (written again with a digest)")
     p.add_argument("--out", required=True, help="the .safetensors file to write")
     args = p.parse_args(argv)
     if not args.out.endswith(".safetensors"):
         raise SystemExit(f"--out {args.out}: give a path ending in .safetensors")
+    if args.ckpt.endswith(".safetensors"):  # an exported file again: same weights, metadata and a fresh digest
+        try:
+            model, meta = load_weights(args.ckpt)
+        except ValueError as e:
+            raise SystemExit(f"--ckpt {args.ckpt}: {e}") from None
+        config = meta.pop("config")
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        save_weights(model, args.out, {**meta, "config": json.dumps(config)})
+        print(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB): the weights of {args.ckpt}, digest added")
+        return
     path = os.path.join(args.ckpt, "ckpt.pt") if os.path.isdir(args.ckpt) else args.ckpt
     try:
         ckpt = load_checkpoint(path, map_location="cpu", required=("model", "model_config", "step"))

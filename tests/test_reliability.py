@@ -266,6 +266,61 @@ def test_checksum_covers_tensor_bytes_dtype_and_plain_values():
     assert len({common.checksum(c) for c in changed} | {digest}) == 5
 
 
+def flip_byte(path, offset: int, bit: int = 6) -> None:
+    raw = bytearray(open(path, "rb").read())
+    raw[offset] ^= 1 << bit
+    open(path, "wb").write(bytes(raw))
+
+
+def test_a_corrupted_weights_file_is_refused_by_every_loader(tmp_path, capsys):
+    """A copy of a reference model with one weight byte flipped: safetensors alone returns the changed tensor
+    (asserted, so the test shows what it guards against); sample.py, train_sudoku --init_from and load_model
+    refuse it with one line naming the file. Damaged metadata reads the same. Bug checked: read_weights
+    without the digest comparison."""
+    from safetensors.torch import load_file
+    good = tmp_path / "relay.safetensors"
+    reference, meta = load_model(os.path.join(ROOT, "reference", "relay.safetensors"))
+    common.save_weights(reference, str(good), {"config": json.dumps(meta), "weights": "ema"})
+    load_model(str(good))  # the intact copy loads
+    bad = tmp_path / "flipped.safetensors"
+    bad.write_bytes(good.read_bytes())
+    flip_byte(bad, os.path.getsize(bad) - 1000)  # inside the last tensor's data
+    assert any(not torch.equal(load_file(good)[k], v) for k, v in load_file(bad).items())
+    for load in (lambda: sample.load_checkpoints(str(bad), "cpu", True),
+                 lambda: train(tmp_path / "child", f"--init_from={bad}", "--max_iters=1")):
+        with pytest.raises(SystemExit, match=f"{bad} is corrupted: its weights or metadata do not match") as e:
+            load()
+        assert "\n" not in str(e.value)
+    assert not (tmp_path / "child" / "ckpt.pt").exists()
+    meta_damaged = tmp_path / "meta.safetensors"
+    raw = good.read_bytes()
+    assert b'\\"n_layer\\": 4' in raw  # in a JSON string inside the JSON header
+    meta_damaged.write_bytes(raw.replace(b'\\"n_layer\\": 4', b'\\"n_layer\\": 5', 1))  # the header still parses
+    with pytest.raises(ValueError, match="is corrupted"):
+        load_model(str(meta_damaged))
+
+
+def test_a_weights_file_without_a_digest_loads_with_a_warning(tmp_path, capsys):
+    """Files exported before digests existed still load (older runs' exports), saying they are not verified;
+    export_reference.py writes them again with a digest and the same tensors."""
+    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+    src = os.path.join(ROOT, "reference", "mlm.safetensors")
+    with safe_open(src, "pt") as f:
+        meta = {k: v for k, v in f.metadata().items() if k != common.WEIGHTS_DIGEST}
+    old = tmp_path / "old.safetensors"
+    save_file(load_file(src), old, metadata=meta)
+    capsys.readouterr()
+    load_model(str(old))
+    assert "carries no sha256" in capsys.readouterr().err
+    from scripts import export_reference
+    export_reference.main([f"--ckpt={old}", f"--out={tmp_path / 'new.safetensors'}"])
+    capsys.readouterr()
+    model, _ = load_model(str(tmp_path / "new.safetensors"))
+    assert capsys.readouterr().err == ""
+    assert all(torch.equal(load_file(src)[k], v) for k, v in model.state_dict().items())
+
+
 # ----------------------------------------------------------------------------- sample.py --results provenance
 
 def tiny_checkpoint(path) -> str:
@@ -411,7 +466,7 @@ def test_runs_train_extends_budgets_and_never_deletes_a_run_without_replace(tmp_
     --max_minutes from 60 to 90 deleted the finished checkpoint; a real change did so silently."""
     calls = []
 
-    def fake_sh(cmd, log=None):  # stands in for train_sudoku.py: records the flags, writes a run
+    def fake_sh(cmd, log=None, echo=True):  # stands in for train_sudoku.py: records the flags, writes a run
         calls.append(cmd[cmd.index("--out_dir=" + out):][1:])
         os.makedirs(out, exist_ok=True)
         open(os.path.join(out, "ckpt.pt"), "a").write("x")
@@ -463,7 +518,7 @@ def test_runs_train_resumes_a_run_whose_paths_are_spelled_another_way(tmp_path, 
     A data directory that really differs is still refused."""
     calls = []
 
-    def fake_sh(cmd, log=None):  # stands in for train_sudoku.py: records the flags, writes a checkpoint
+    def fake_sh(cmd, log=None, echo=True):  # stands in for train_sudoku.py: records the flags, writes a checkpoint
         calls.append(cmd[4:])  # after python, train_sudoku.py, the config and --seed
         out_dir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--out_dir="))
         os.makedirs(out_dir, exist_ok=True)
