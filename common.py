@@ -20,9 +20,10 @@ One run per out_dir, for both trainers
   with nothing to resume, then hold `out_dir/run.lock` while the run trains. Under torchrun only rank 0
   checks and locks (for every rank); a lock left by a killed run is detected and replaced.
 - `ResumeRules` / `resume_config`: which config keys a resume may change, and the record of what did.
-- `write_manifest` / `verify_manifest` / `swap_in` / `recover`: a resume state that is a directory of files
-  (Fast-dLLM's, sharded under DeepSpeed) written so that a kill during a save never leaves a state that
-  loads as valid but wrong, with a sha256 per file checked on load.
+- `write_manifest` / `read_manifest` / `verify_manifest` / `swap_in` / `recover`: a directory of files
+  (Fast-dLLM's resume state, sharded under DeepSpeed, and its ckpt-N/ checkpoints) written so that a kill
+  during a save never leaves a state that loads as valid but wrong, with a sha256 per file and one of the
+  manifest itself, checked on load.
 - `BatchOrder`: the data order of both trainers: every example once per epoch, a fresh order each
   epoch, nothing dropped at an epoch's end.
 - `drop_records_after`: metrics.jsonl after a kill lists every step once.
@@ -69,6 +70,9 @@ def uses_bf16(dtype: str, device_type: str) -> bool:
 # =============================================================================
 
 CHECKSUM_KEY = "checksum"
+# every entry a train_sudoku.py checkpoint has held, before checksums and since
+CHECKPOINT_KEYS = {"model", "model_config", "config", "ema", "optimizer", "step", "data_pos", "train_seconds",
+                   "rank_state", "metrics", CHECKSUM_KEY}
 
 
 class CheckpointError(ValueError):
@@ -129,6 +133,10 @@ def load_checkpoint(path: str, map_location="cpu", required: tuple[str, ...] = (
     if missing:
         raise CheckpointError(f"{path} is not a train_sudoku.py checkpoint (no {', '.join(map(repr, missing))} entries)")
     saved = ckpt.get(CHECKSUM_KEY)
+    if saved is None and set(ckpt) - CHECKPOINT_KEYS:  # e.g. a flipped byte in the name "checksum" itself
+        raise CheckpointError(f"{path} has no checksum and entries train_sudoku.py never writes "
+                              f"({', '.join(sorted(map(repr, set(ckpt) - CHECKPOINT_KEYS)))}): it is damaged, or not "
+                              "a train_sudoku.py checkpoint; restore it from a copy or retrain")
     if saved is None:
         print(f"warning: {path} has no checksum (written before checksums were added); its bytes are not verified",
               file=sys.stderr)
@@ -175,7 +183,7 @@ def read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         with safe_open(path, "pt") as f:
             meta = dict(f.metadata() or {})
             state = {k: f.get_tensor(k) for k in f.keys()}
-    except BaseException as e:  # noqa: B036: safetensors' Rust panics derive from BaseException
+    except BaseException as e:  # safetensors' Rust panics derive from BaseException, not Exception
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
@@ -329,12 +337,19 @@ def check_run_dir(out_dir: str, patterns: tuple[str, ...], resume: bool, overwri
         raise SystemExit(in_use(out_dir, holder))
     if resume and overwrite:
         raise SystemExit("resume=True continues the run in out_dir and overwrite=True deletes it: pass one of them")
-    if resume and not resumable(resume_path):
-        raise SystemExit(f"resume=True but there is no {resume_path}; drop --resume to start a new run")
     found = run_files(out_dir, patterns)
+    if resume and not resumable(resume_path):
+        if found:  # a run killed before its first checkpoint: it can only start again
+            raise SystemExit(f"resume=True but there is no {resume_path}: the run in out_dir={out_dir} stopped before its "
+                             f"first checkpoint; start it afresh with --overwrite=True (deletes {', '.join(found)}) "
+                             "instead of --resume, or choose another out_dir")
+        raise SystemExit(f"resume=True but there is no {resume_path}; drop --resume to start a new run")
     if found and not resume and not overwrite:
+        if not resumable(resume_path):
+            raise SystemExit(f"out_dir={out_dir} already holds a run ({', '.join(found)}) that stopped before its first "
+                             "checkpoint: pass --overwrite=True to delete it and start afresh, or choose another out_dir")
         raise SystemExit(f"out_dir={out_dir} already holds a run ({', '.join(found)}): continue it with --resume=True, "
-                         "or pass --overwrite=True to delete it and start afresh")
+                         "or pass --overwrite=True to delete it and start afresh, or choose another out_dir")
 
 
 def resumable(path: str) -> bool:
@@ -435,39 +450,78 @@ def directory_files(path: str) -> list[str]:
     return sorted(f for f in found if f != MANIFEST)
 
 
+MANIFEST_DIGEST = "manifest_sha256"  # the manifest's digest of itself
+
+
+def manifest_digest(manifest: dict) -> str:
+    """sha256 of the manifest's content (canonical JSON) without its own digest."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def write_manifest(path: str, info: dict) -> None:
     """Write path/manifest.json last, once every file of the state is complete: `info` (step, config,
-    ...) and the sha256 of every file. Its presence marks the directory as complete."""
+    ...), the sha256 of every file and the manifest's own sha256. Its presence marks the directory as complete."""
     manifest = dict(info, files={name: file_sha256(os.path.join(path, name)) for name in directory_files(path)})
+    manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
     tmp = os.path.join(path, MANIFEST + ".tmp")
     with open(tmp, "w") as f:
         json.dump(manifest, f, indent=1)
     os.replace(tmp, os.path.join(path, MANIFEST))
 
 
-def read_manifest(path: str) -> dict | None:
-    """path/manifest.json, or None when the state was written before manifests existed."""
+# the entries a manifest must have, by its `info`: checked before any value is used
+MANIFEST_FIELDS = {"files": dict, "step": int, "world": int, "config": dict}
+MANIFEST_KEYS = set(MANIFEST_FIELDS) | {MANIFEST_DIGEST}  # all a manifest ever holds
+
+
+def read_manifest(path: str, fields: tuple[str, ...] = ("files", "step", "world", "config"),
+                  way_out: str = "restore it from a copy, or start afresh (--overwrite=True or another out_dir)") -> dict | None:
+    """path/manifest.json, checked: readable JSON, its own sha256 (manifests written before it had one: a
+    warning), and each of `fields` of the right type; None when there is no manifest (a state written before
+    manifests existed). Anything else raises CheckpointError, one line naming the file and `way_out`."""
+    file = os.path.join(path, MANIFEST)
     try:
-        with open(os.path.join(path, MANIFEST)) as f:
-            return json.load(f)
+        with open(file) as f:
+            manifest = json.load(f)
     except FileNotFoundError:
         return None
-    except ValueError:
-        raise SystemExit(f"resume: {path}/{MANIFEST} is not readable JSON; the state is damaged") from None
+    except (ValueError, UnicodeDecodeError, OSError) as e:
+        raise CheckpointError(f"{file} is damaged (not readable JSON: {type(e).__name__}); {way_out}") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{file} is damaged (not a JSON object); {way_out}")
+    unknown = set(manifest) - MANIFEST_KEYS
+    if unknown:  # e.g. a flipped byte in the name of the digest entry itself
+        raise CheckpointError(f"{file} is damaged (entries a manifest never has: {', '.join(sorted(unknown))}); {way_out}")
+    saved = manifest.get(MANIFEST_DIGEST)
+    if saved is None:
+        print(f"warning: {file} carries no sha256 of its own (written before manifests had one): it is not verified",
+              file=sys.stderr)
+    elif saved != manifest_digest(manifest):
+        raise CheckpointError(f"{file} is corrupted: its contents do not match the sha256 stored in it; {way_out}")
+    for key in fields:
+        kind = MANIFEST_FIELDS[key]
+        value = manifest.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+            raise CheckpointError(f"{file} is damaged (its {key!r} entry is {value!r}, not a {kind.__name__}); {way_out}")
+    files = manifest["files"] if "files" in fields else {}
+    if not all(isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in files.items()):
+        raise CheckpointError(f"{file} is damaged (its 'files' entry is not a list of names and sha256 digests); {way_out}")
+    return manifest
 
 
-def verify_manifest(path: str, manifest: dict) -> None:
-    """Every file the manifest lists exists with its sha256, and no other file is there: else one line."""
+def verify_manifest(path: str, manifest: dict, way_out: str = "restore it from a copy or retrain") -> None:
+    """Every file the manifest lists exists with its sha256, and no other file is there: else CheckpointError."""
     files = directory_files(path)
     listed = manifest["files"]
     if sorted(listed) != files:
         missing, extra = sorted(set(listed) - set(files)), sorted(set(files) - set(listed))
-        raise SystemExit(f"resume: {path} does not hold the files its manifest lists (missing {missing}, "
-                         f"unexpected {extra}); restore it from a copy or retrain")
+        raise CheckpointError(f"{path} does not hold the files its manifest lists (missing {missing}, "
+                         f"unexpected {extra}); {way_out}")
     for name in files:
         if file_sha256(os.path.join(path, name)) != listed[name]:
-            raise SystemExit(f"resume: {os.path.join(path, name)} is corrupted: its contents do not match the sha256 "
-                             "checksum in the manifest; restore it from a copy or retrain")
+            raise CheckpointError(f"{os.path.join(path, name)} is corrupted: its contents do not match the sha256 "
+                             f"in {MANIFEST}; {way_out}")
 
 
 def swap_in(tmp: str, final: str) -> None:

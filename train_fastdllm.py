@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import common
-from common import pick_device
+from common import CheckpointError, pick_device
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from fastdllm.data import collate, read_jsonl, tokenize_conversation, toy_conversations
 from fastdllm.model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm,
@@ -432,15 +432,48 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
         raise SystemExit(f"train_fastdllm.py: dtype must be bfloat16 or float32, got {cfg.dtype!r}")
     if cfg.device not in ("auto", "cpu", "cuda", "mps"):
         raise SystemExit(f"train_fastdllm.py: device must be auto, cpu, cuda or mps, got {cfg.device!r}")
-    if cfg.pad_to < 0 or cfg.save_interval < -1:
-        raise SystemExit("train_fastdllm.py: pad_to must be >= 0 and save_interval >= -1")
+    check_ranges(cfg)
     if cfg.device == "mps" and cfg.deepspeed:
         raise SystemExit("train_fastdllm.py: DeepSpeed does not run on mps; pass --deepspeed= (one process) or --device=cpu")
     if cfg.deepspeed not in ("", "zero3") and not os.path.isfile(cfg.deepspeed):
         raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
     if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
         raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python -m fastdllm.data` first (or --data=toy)")
+    check_init_from(cfg.init_from)
     return cfg
+
+
+def check_ranges(cfg: TrainConfig) -> None:
+    """Every key with a range, checked before any work (as train_sudoku.py): one line naming the key and its rule."""
+    def need(ok: bool, key: str, rule: str) -> None:
+        if not ok:  # written so that NaN fails every rule
+            raise SystemExit(f"train_fastdllm.py: {key} must be {rule}, got {getattr(cfg, key)!r}")
+
+    for key in ("K", "bd_size", "max_length", "device_batch_size", "gradient_accumulation_steps", "max_iters",
+                "log_interval", "lr_decay_iters"):
+        need(getattr(cfg, key) >= 1, key, ">= 1")
+    for key in ("pad_to", "effective_batch", "warmup_iters", "zero_persistence_threshold", "seed"):
+        need(getattr(cfg, key) >= 0, key, ">= 0")
+    need(cfg.save_interval >= -1, "save_interval", ">= -1 (-1: never save, 0: at the end)")
+    need(cfg.K <= 8, "K", "<= 8 (the paper uses 2)")
+    need(0 < cfg.learning_rate < math.inf, "learning_rate", "a finite number > 0")
+    for key in ("min_lr", "weight_decay", "grad_clip"):
+        need(0 <= getattr(cfg, key) < math.inf, key, "a finite number >= 0")
+    need(cfg.min_lr <= cfg.learning_rate, "min_lr", f"<= learning_rate ({cfg.learning_rate})")
+    for key in ("beta1", "beta2", "train_tau"):
+        need(0 <= getattr(cfg, key) < 1, key, "in [0, 1)")
+    need(0 < cfg.adam_eps < math.inf, "adam_eps", "a finite number > 0")
+
+
+def check_init_from(init_from: str) -> None:
+    """A local init_from must be a Fast-dLLM checkpoint directory, said before the data is read."""
+    if init_from in ("tiny", "random-1.5b") or not os.path.exists(init_from):
+        return  # a hub id (or a typo of one): resolve_checkpoint says which, in one line
+    if not os.path.isfile(os.path.join(init_from, "config.json")):
+        sudoku = os.path.exists(os.path.join(init_from, "ckpt.pt")) or init_from.endswith((".pt", ".safetensors"))
+        raise SystemExit(f"train_fastdllm.py: init_from={init_from} is not a Fast-dLLM checkpoint directory (no "
+                         "config.json)" + ("; it is a Sudoku model: train_sudoku.py --init_from reads those" if sudoku
+                                           else "; give a ckpt-N directory of train_fastdllm.py or a hub id"))
 
 
 def load_rows(cfg: TrainConfig, tokenizer, master: bool) -> list:
@@ -550,7 +583,10 @@ def check_targets(rows: list, mask_id: int) -> None:
 def check_resume(cfg: TrainConfig) -> dict | None:
     """Before any work (master): the resumed run's config from resume/manifest.json, with this run's
     changes checked against RESUME_RULES; None for a resume/ written before manifests (checked once loaded)."""
-    manifest = common.read_manifest(resume_dir(cfg))
+    try:
+        manifest = common.read_manifest(resume_dir(cfg))
+    except CheckpointError as e:
+        raise SystemExit(f"resume: {e}") from None
     if manifest is None:
         print(f"warning: {resume_dir(cfg)} has no {common.MANIFEST} (written before checksums were added); its files "
               "are not verified", file=sys.stderr)
@@ -573,9 +609,12 @@ def load_resume(run: FastdllmRun) -> int:
     against the manifest's checksums first; returns the step."""
     cfg, manifest = run.cfg, None
     if run.master:
-        manifest = common.read_manifest(run.resume_dir)
-        if manifest is not None:
-            common.verify_manifest(run.resume_dir, manifest)
+        try:
+            manifest = common.read_manifest(run.resume_dir)
+            if manifest is not None:
+                common.verify_manifest(run.resume_dir, manifest)
+        except CheckpointError as e:
+            raise SystemExit(f"resume: {e}") from None
     if run.world > 1:
         dist.barrier()  # no rank reads a file before the master has verified it
     step, saved_config = run.backend.load_state(run.resume_dir, run.device)
@@ -672,6 +711,7 @@ def save(run: FastdllmRun, step: int) -> None:
         ckpt = os.path.join(cfg.out_dir, f"ckpt-{step}")
         shutil.rmtree(ckpt + ".tmp", ignore_errors=True)
         save_fastdllm(run.model, run.tokenizer, ckpt + ".tmp", state_dict=state_dict, remote_code_dir=run.parent_dir)
+        common.write_manifest(ckpt + ".tmp", {"step": step})  # the sha256 of every file, checked by every loader
         shutil.rmtree(ckpt, ignore_errors=True)  # a resumed run redoing a step it saved before a kill
         os.replace(ckpt + ".tmp", ckpt)
     tmp = run.resume_dir + ".tmp"

@@ -18,6 +18,7 @@ attention mask and its KV cache; this file adds what the library cannot express:
 """
 import json
 import os
+import sys
 import warnings
 from typing import NamedTuple
 
@@ -270,6 +271,28 @@ def resolve_checkpoint(name_or_path: str) -> str:
                          f"download it where there is internet (hf download {name_or_path} --local-dir DIR) and pass DIR") from None
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+
+
+def check_files(ckpt_dir: str, downloaded: bool) -> None:
+    """Checkpoints this repository writes carry manifest.json (the sha256 of every file and of itself):
+    verified here, ValueError with one line naming the file otherwise. A hub download has none (the hub
+    checks its files); any other directory without one loads unverified, with a warning."""
+    import common  # the manifest rules shared with the resume state
+    way_out = f"restore {ckpt_dir} from a copy, or train it again"
+    manifest = common.read_manifest(ckpt_dir, fields=("files",), way_out=way_out)
+    if manifest is None:
+        if not os.path.isfile(os.path.join(ckpt_dir, "config.json")):
+            raise ValueError(f"{ckpt_dir} is not a Fast-dLLM checkpoint directory (no config.json)")
+        if not downloaded:
+            print(f"warning: {ckpt_dir} has no {common.MANIFEST}: its files are not verified (a copy of a hub "
+                  "checkpoint, or one written before manifests)", file=sys.stderr)
+        return
+    common.verify_manifest(ckpt_dir, manifest, way_out)
+
+
 def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch.dtype = torch.bfloat16,
                   device: str = "cpu") -> tuple[FastDLLM, PreTrainedTokenizerFast]:
     """Load a Fast-dLLM v2 checkpoint (local dir or hub id), with its tokenizer.
@@ -277,14 +300,20 @@ def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch
     use_relay=None follows the checkpoint; True on a checkpoint without relay weights attaches a
     fresh zero-initialised relay LayerNorm (the start of a Relay run); False drops them."""
     ckpt_dir = resolve_checkpoint(name_or_path)
-    config = _config_from_json(os.path.join(ckpt_dir, "config.json"))
-    files = _weight_files(ckpt_dir)
+    check_files(ckpt_dir, downloaded=not os.path.isdir(name_or_path))
+    try:
+        config = _config_from_json(os.path.join(ckpt_dir, "config.json"))
+        files = _weight_files(ckpt_dir)
+    except (OSError, ValueError, TypeError) as e:  # a directory that is not a (complete) checkpoint
+        raise ValueError(f"{ckpt_dir} is not a readable Fast-dLLM checkpoint ({_first_line(e)})") from None
     # the relay keys are not Qwen2's: silence transformers' "UNEXPECTED keys" report, we load them below
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
         dtype_kw = {"dtype": dtype} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": dtype}
         lm = Qwen2ForCausalLM.from_pretrained(ckpt_dir, config=config, attn_implementation="sdpa", **dtype_kw)
+    except Exception as e:  # safetensors and transformers raise many kinds on a damaged file
+        raise ValueError(f"cannot load the weights in {ckpt_dir} ({_first_line(e)})") from None
     finally:
         hf_logging.set_verbosity(verbosity)
     model = FastDLLM(lm, use_relay=use_relay)

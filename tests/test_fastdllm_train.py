@@ -244,6 +244,24 @@ def test_configs_load_and_errors_are_one_line(tmp_path):
         _run(tmp_path, "--resume=True")
 
 
+@pytest.mark.parametrize("flag,message", [
+    ("--K=0", "K must be >= 1, got 0"), ("--learning_rate=-1", "learning_rate must be a finite number > 0"),
+    ("--bd_size=0", "bd_size must be >= 1, got 0"), ("--learning_rate=nan", "learning_rate"),
+    ("--train_tau=1.5", "train_tau must be in [0, 1)"), ("--device_batch_size=0", "device_batch_size must be >= 1"),
+    ("--init_from={sudoku}", "is not a Fast-dLLM checkpoint directory (no config.json); it is a Sudoku model")])
+def test_bad_values_are_one_line_before_the_data_is_read(tmp_path, monkeypatch, flag, message):
+    """Checked before anything is loaded: the tokeniser never runs (it would be the first slow work). Before
+    this check, K=0, learning_rate=-1 and bd_size=0 (ZeroDivisionError) ended in tracebacks after the data
+    was tokenised, and a Sudoku run as init_from in a FileNotFoundError."""
+    os.chdir(ROOT)
+    (tmp_path / "sudoku").mkdir()
+    (tmp_path / "sudoku" / "ckpt.pt").write_bytes(b"")
+    monkeypatch.setattr(T, "load_rows", lambda *a: pytest.fail("the data was read before the check"))
+    with pytest.raises(SystemExit, match=re.escape(message)) as e:
+        _run(tmp_path / "out", flag.format(sudoku=tmp_path / "sudoku"))
+    assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
+
+
 def test_device_auto_picks_mps_only_without_deepspeed(monkeypatch):
     """Both training scripts resolve device=auto with common.pick_device: cuda, then mps, then cpu; the
     Fast-dLLM run asks for mps only without DeepSpeed (no MPS accelerator), and an explicit mps with

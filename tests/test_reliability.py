@@ -81,6 +81,23 @@ def test_a_fresh_run_never_overwrites_a_run(tmp_path):
     assert not (out / ts.LOCK_FILE).exists()  # released at the end of the run
 
 
+def test_a_run_killed_before_its_first_checkpoint_is_told_the_way_out(tmp_path):
+    """Killed before its first checkpoint (metrics.jsonl, no ckpt.pt): --resume=True used to say "drop
+    --resume" and the plain command "continue it with --resume=True", a circle. Both now name
+    --overwrite=True (the one way that works) and another out_dir, and --overwrite=True does start afresh."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0, "lr": 0.001}\n')
+    for flags in ([], ["--resume=True"]):
+        with pytest.raises(SystemExit) as e:
+            train(out, "--max_iters=2", *flags)
+        message = str(e.value)
+        assert "stopped before its first checkpoint" in message and "--overwrite=True" in message
+        assert "another out_dir" in message and "continue it with --resume" not in message, message
+    train(out, "--max_iters=2", "--overwrite=True")
+    assert steps_logged(out)[0] == [1, 2]
+
+
 def test_a_live_lock_refuses_and_a_stale_one_is_replaced(tmp_path, capsys):
     """Bugs: pid_alive always False (a second run trains into a held directory) and always True (a
     kill -9 leaves out_dir locked for ever); both checked."""
