@@ -115,6 +115,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--hard is a mode of --source=generate (--source=standin uses it for its hard share without larsdoku)")
     if args.augment < 1:
         p.error("--augment must be >= 1")
+    collections = [c.strip() for c in args.collections.split(",") if c.strip()]
+    if not collections or set(collections) - set(sudoku.hard.LARSDOKU_COLLECTIONS):
+        p.error(f"--collections: choose from {', '.join(sudoku.hard.LARSDOKU_COLLECTIONS)}, got {args.collections}")
     args.derive_splits = [x.strip() for x in args.derive_splits.split(",") if x.strip()]
     if not args.derive_splits or set(args.derive_splits) - {*SPLITS, "top1465"}:
         p.error(f"--derive_splits: choose from train, val, test, top1465, got {','.join(args.derive_splits)}")
@@ -399,13 +402,15 @@ SOURCES = {"generate": generated_splits, "hf": hub_splits, "file": file_splits, 
            "standin": standin_splits}
 
 
-def build(args: argparse.Namespace, top1465: pd.DataFrame | None) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """The three splits for the chosen source, and notes for the summary (what was dropped and why)."""
+def build(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], list[str], pd.DataFrame | None]:
+    """The three splits for the chosen source, notes for the summary (what was dropped and why) and Top1465
+    (None without larsdoku). The source comes first: a bad file fails before Top1465 is solved."""
     splits, notes = SOURCES[args.source](args)
+    top1465 = top1465_if_installed()
     notes += _drop_overlap(splits, top1465, drop=args.source != "hf" or args.drop_overlap)
     if top1465 is None:
         notes.append("larsdoku not installed: the splits were not checked against Top1465")
-    return splits, notes
+    return splits, notes, top1465
 
 
 # -----------------------------------------------------------------------------
@@ -506,8 +511,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if meta is not None and meta.get("key") != key:
             print(f"{args.out_dir}: holds data built with other arguments (see its meta.json): rebuilding it")
-        top1465 = top1465_if_installed()
-        splits, notes = build(args, top1465)
+        splits, notes, top1465 = build(args)
     if "top1465" in wanted and top1465 is None:
         raise SystemExit("--derive_splits=top1465: no Top1465 here; " + sudoku.hard.INSTALL)
     frames = {**splits, **({"top1465": top1465} if top1465 is not None else {})}

@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if not 1 <= args.n <= 1465:
         raise SystemExit("--n must be in 1..1465 (Top1465 has 1,465 puzzles)")
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        raise SystemExit(f"--out_dir={args.out_dir} is a file, not a directory; choose another --out_dir")
     references = REFERENCES[args.models]
     missing = [path for path in references.values() if not os.path.exists(path)]
     if missing:

@@ -210,8 +210,8 @@ def get_args(argv: list[str] | None = None) -> argparse.Namespace:
             raise SystemExit(f"--cohort: unknown cohort {c!r}; use all, deduction_only or all,deduction_only")
     if args.taus is None:
         args.taus = AUTHORS_TAUS if args.frontier else TAUS
-    if not args.taus or any(t < 0 for t in args.taus) or args.tau < 0:
-        raise SystemExit("--taus/--tau: give one or more thresholds >= 0, e.g. --taus=0.05,0.10,0.15")
+    if not args.taus or not all(0 <= t < float("inf") for t in (*args.taus, args.tau)):  # NaN fails too
+        raise SystemExit("--taus/--tau: give one or more finite thresholds >= 0, e.g. --taus=0.05,0.10,0.15")
     if args.tau not in args.taus:
         args.taus = tuple(sorted(args.taus + (args.tau,)))
     if args.n < 0 or args.batch_size < 1 or args.max_steps < 1:

@@ -370,6 +370,19 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     assert not os.path.exists(os.path.join(tmp_path, "meta.json"))
 
 
+def test_bad_sources_fail_before_top1465_is_solved(tmp_path, monkeypatch, capsys):
+    """Solving Top1465 takes up to minutes on a slow CPU: a misspelt --collections and an unreadable
+    --source=file must fail before it (they used to fail after)."""
+    monkeypatch.setattr(P, "top1465_if_installed", lambda: pytest.fail("Top1465 was solved before the check"))
+    with pytest.raises(SystemExit):
+        P.main(["--source=larsdoku", "--collections=fn_fc_day1,typo", "--out_dir=" + str(tmp_path / "a")])
+    assert "--collections: choose from" in capsys.readouterr().err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("quest,ans\n1,2\n")
+    with pytest.raises(SystemExit, match="no 'question' column"):
+        P.main(["--source=file", f"--path={bad}", "--out_dir=" + str(tmp_path / "b")])
+
+
 def test_meta_records_arguments(data_dir):
     with open(os.path.join(data_dir, "meta.json")) as f:
         meta = json.load(f)

@@ -469,7 +469,8 @@ def test_command_lines_print_one_line_and_no_traceback(tmp_path):
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     for cmd, message in [(["train_sudoku.py", str(broken), f"--out_dir={tmp_path / 'o'}"],
                           f"config file {broken}, line 2: syntax error"),
-                         (["sample.py", f"--ckpt={tmp_path / 'empty.pt'}"], "is empty (0 bytes)")]:
+                         (["sample.py", f"--ckpt={tmp_path / 'empty.pt'}"], "is empty (0 bytes)"),
+                         (["quickstart.py", f"--out_dir={tmp_path / 'empty.pt'}"], "is a file, not a directory")]:
         proc = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True, env=env)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and message in lines[0], (cmd, proc.stderr)

@@ -393,6 +393,8 @@ def test_cli_deduction_only_cohort_filters_then_takes_the_first_n(tmp_path, caps
     (["--ckpt={ckpt}", "--data={data}", "--cohort=deduction_only"], "strategies_used"),
     (["--ckpt={ckpt}", "--data={data}", "--cohort=hard"], "unknown cohort"),
     (["--ckpt={ckpt}", "--data={tmp}/nope.csv"], "no split or file"),
+    (["--ckpt={ckpt}", "--data={data}", "--taus=nan"], "finite thresholds"),  # was a traceback
+    (["--ckpt={ckpt}", "--data={data}", "--tau=inf"], "finite thresholds"),
 ])
 def test_cli_bad_input_gives_one_line(tmp_path, args, message):
     (tmp_path / "junk.pt").write_text("not a checkpoint")
