@@ -109,6 +109,17 @@ def test_plus_canonical_pass_and_base_only_lookup_fails_plus(plus_problems, gt_c
     assert time.perf_counter() - t0 < 20
 
 
+def test_each_input_has_its_own_time_limit():
+    """A program fast on four inputs and 1.5 s slow on the third, each input limited to 0.5 s: the slow input
+    fails by its own limit, although the whole job (its cap: the sum of the limits plus slack, 4 s) would
+    let it finish. Bug checked: the per-input timer not armed (the job passed within its cap)."""
+    code = "import time\n\ndef f(x):\n    if x == 2:\n        time.sleep(1.5)\n    return x\n"
+    outputs, _, error = fastdllm.judge.run_outputs(code, "f", [[0], [1], [2], [3]], [0.5] * 4, mode=MODE)
+    assert outputs is None and error == "Timeout on input 2"
+    fast, times, error = fastdllm.judge.run_outputs(code, "f", [[0], [1], [3]], [0.5] * 3, mode=MODE)
+    assert error == "" and len(fast) == 3 and max(times) < 0.5
+
+
 def test_float_outputs_compared_within_atol(plus_problems, gt_cache):
     p = plus_problems["HumanEval/2"]  # truncate_number, atol 1e-6
     close = "def truncate_number(number: float) -> float:\n    return number - int(number) + 1e-9\n"

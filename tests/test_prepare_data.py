@@ -411,6 +411,53 @@ def test_copies_of_test_puzzles_planted_in_a_file_are_dropped_from_train(puzzles
     assert len(splits["train"]) == 20 and "symmetric copies" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("source", ["file", "hf", "larsdoku", "generate"])
+def test_train_loses_symmetric_copies_of_a_validation_puzzle(source, puzzles, tmp_path, monkeypatch):
+    """For every source (the hub with --drop_overlap; as published it keeps them): a relabelled, transposed
+    copy of a val puzzle planted in train is gone from train, and val keeps the puzzle. Bug checked: the
+    overlap check run against the test split only."""
+    frame = puzzles[["question", "answer"]].reset_index(drop=True)
+    planted = {}
+
+    def plant(splits: dict) -> dict:  # a copy of val's first puzzle at the top of train
+        val = splits["val"].iloc[0]
+        planted["copy"], planted["val"] = transformed(val["question"], val["answer"], seed=4)[0], val["question"]
+        row = splits["train"].iloc[:1].assign(question=planted["copy"])
+        return {**splits, "train": pd.concat([row, splits["train"]], ignore_index=True)}
+    args = ["--n_val=5", "--n_test=5", "--workers=1"]
+    if source in ("file", "hf"):
+        planted["val"] = frame["question"].iloc[30]  # file: rows 30-34 are val; hub: the last 5 of its train
+        q, a = transformed(frame["question"].iloc[30], frame["answer"].iloc[30], seed=4)
+        planted["copy"] = q
+        rows = pd.concat([pd.DataFrame([(q, a)], columns=["question", "answer"]), frame.iloc[:35]], ignore_index=True)
+        if source == "file":
+            rows = pd.concat([rows, frame.iloc[35:]], ignore_index=True)  # the last 5: test
+            rows.to_csv(tmp_path / "p.csv", index=False)
+            args.append(f"--path={tmp_path / 'p.csv'}")
+        else:
+            (tmp_path / "hub").mkdir()
+            rows.to_parquet(tmp_path / "hub" / "train.parquet")
+            frame.iloc[35:].to_parquet(tmp_path / "hub" / "test.parquet")
+            monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(tmp_path / "hub"))
+            args.append("--drop_overlap")
+    elif source == "larsdoku":
+        fake_larsdoku(tmp_path, monkeypatch, classes=20, copies=2, top_puzzles=1)
+        real = sudoku.hard.split_by_class
+        monkeypatch.setattr(sudoku.hard, "split_by_class", lambda *a, **k: plant(real(*a, **k)))
+        args.append("--collections=fn_fc_day1,killer_combo")
+    else:
+        real = P.generate_splits
+        monkeypatch.setattr(P, "generate_splits", lambda *a, **k: (plant(real(*a, **k)[0]), 0))
+        args += ["--n_train=20", "--min_clues=30"]
+    out = str(tmp_path / "out")
+    try:
+        P.main([f"--source={source}", "--out_dir=" + out, *args])
+    finally:
+        sudoku.hard.read_top1465.cache_clear()
+    splits = all_questions(out)
+    assert planted["val"] in splits["val"] and planted["copy"] not in splits["train"], source
+
+
 def test_a_transposed_relabelled_top1465_puzzle_is_dropped(puzzles, tmp_path):
     top = sudoku.hard.read_top1465()  # the real list, from the installed larsdoku package
     copy = transformed(top["question"][0], top["answer"][0], seed=11)
@@ -443,6 +490,49 @@ def test_larsdoku_source_splits_whole_symmetry_classes(tmp_path, monkeypatch):
     top_boards = digits(top)
     assert not any(Y.equivalent(t, q) for t in top_boards for s in D.SPLITS for q in boards[s])
     assert set(splits["train"].frame["source"]) == {"larsdoku/fn_fc_day1", "larsdoku/killer_combo"}
+
+
+def test_split_by_class_keeps_each_class_in_one_split():
+    """split_by_class alone (prepare_data's later overlap check would hide a bad split by dropping the
+    copies): 10 classes of 4 symmetric copies each, labelled by construction. Each class sends one puzzle
+    to test or val, or all of its puzzles to train, never puzzles to two splits. Bug checked: classes
+    grouped by the puzzle's text instead of its symmetry key (every copy its own class)."""
+    rng = np.random.default_rng(8)
+    rows, label = [], []
+    for c in range(10):
+        q, a, _ = sudoku.board.generate_puzzle(rng, 26)
+        for k in range(4):
+            sym = Y.random_symmetry(np.random.default_rng([c, k]))
+            rows.append((F.digits_to_strings(Y.apply_symmetry(q, sym)[None])[0],
+                         F.digits_to_strings(Y.apply_symmetry(a, sym)[None])[0]))
+            label.append(c)
+    frame = pd.DataFrame(rows, columns=["question", "answer"]).assign(label=label)
+    splits = sudoku.hard.split_by_class(frame, {"train": None, "val": 2, "test": 3}, seed=0)
+    owners = {s: set(splits[s]["label"]) for s in D.SPLITS}
+    assert len(splits["test"]) == 3 and len(owners["test"]) == 3 and len(owners["val"]) == 2
+    assert not (owners["train"] & owners["val"] or owners["train"] & owners["test"] or owners["val"] & owners["test"])
+    assert len(splits["train"]) == 4 * 5  # the five other classes whole
+
+
+def test_augment_draws_fresh_symmetries_for_every_seed(monkeypatch):
+    """Copy k of each seed puzzle gets its own random symmetry: recorded as applied, no two seeds' copies
+    share one. Bug checked: one fixed list of symmetries applied to every seed (a generator seeded
+    without the seed's index)."""
+    applied = []
+    real = sudoku.hard.apply_symmetry
+
+    def record(board, sym):
+        applied.append(tuple(np.concatenate([sym[0], sym[1], sym[2], [sym[3]]]).tolist()))
+        return real(board, sym)
+    monkeypatch.setattr(sudoku.hard, "apply_symmetry", record)
+    seeds = pd.DataFrame([(NORVIG_HARD, F.digits_to_strings(sudoku.board.solve(digits([NORVIG_HARD])[0])[None])[0], 0)]
+                         * 4, columns=["question", "answer", "rating"])
+    out = sudoku.hard.augment(seeds, copies=3, seed=0)
+    assert len(out) == 12 and len(applied) == 4 * 2 * 2  # 2 copies per seed, puzzle and solution each
+    per_copy = applied[::2]  # the puzzle's symmetry of each copy (its solution's is the same)
+    assert len(set(per_copy)) == len(per_copy)
+    copies = [q for i, q in enumerate(out["question"]) if i % 3]  # each seed first, as it is, then its copies
+    assert len(set(copies)) == 8  # the same seed puzzle four times: only the symmetries tell the copies apart
 
 
 def test_larsdoku_missing_is_one_line(tmp_path, monkeypatch, capsys):
