@@ -35,6 +35,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 import zlib
@@ -315,13 +316,27 @@ def _check_writable_dir(path: str, what: str) -> None:
 def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, fastdllm.sandbox.Choice, list[str] | None]:
     """Every check that can fail, before anything is written or any model is loaded. Returns
     (problems, has_plus, the sandbox choice, the programs of --samples or None)."""
-    for key, ok, rule in [("workers", cfg.workers >= 0, ">= 0 (0 = one per CPU core)"), ("timeout", cfg.timeout > 0, "> 0"),
-                          ("memory_gb", cfg.memory_gb > 0, "> 0"), ("limit", cfg.limit >= 0, ">= 0 (0 = all)"),
-                          ("batch_size", cfg.batch_size >= 1, ">= 1")]:
+    for key, ok, rule in [("workers", cfg.workers >= 0, ">= 0 (0 = one per CPU core)"),
+                          ("timeout", 0 < cfg.timeout < float("inf"), "finite and > 0"),
+                          ("memory_gb", 0 < cfg.memory_gb < float("inf"), "finite and > 0"),
+                          ("limit", cfg.limit >= 0, ">= 0 (0 = all)"), ("batch_size", cfg.batch_size >= 1, ">= 1"),
+                          ("seed", cfg.seed >= 0, ">= 0")]:
         if not ok:
             raise SystemExit(f"--{key} must be {rule}, got {getattr(cfg, key)!r}")
     if cfg.canonical and cfg.samples:
         raise SystemExit("--canonical=True and --samples=FILE both say what to judge: pass one")
+    generates = not (cfg.canonical or cfg.samples)
+    if generates:  # the decoding settings, before minutes of model loading (generate() checks them again)
+        from fastdllm.generate import check_settings
+        try:
+            check_settings(cfg.max_new_tokens, cfg.threshold, cfg.block_size, cfg.sub_block_size, cfg.temperature,
+                           cfg.top_p, cfg.prefix_cache, cfg.sub_block_cache, cfg.relay_carry, cfg.decode)
+        except ValueError as e:
+            raise SystemExit(str(e))
+        if cfg.dtype not in ("bfloat16", "float32"):
+            raise SystemExit(f"--dtype must be bfloat16 or float32, got {cfg.dtype!r}")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.device):
+            raise SystemExit(f"--device must be auto, cpu, cuda, cuda:N or mps, got {cfg.device!r}")
     try:
         choice = fastdllm.sandbox.choose_mode(cfg.sandbox)
         problems, has_plus = load_problems(cfg.dataset, cfg.data_path)

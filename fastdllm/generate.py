@@ -443,34 +443,43 @@ def _check_generator(model, generator: torch.Generator | None) -> None:
                          f"make it with torch.Generator(device='{device}')")
 
 
-def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
-                prefix_cache, sub_block_cache, relay_carry, mask_id, decode) -> None:
+def check_settings(max_new_tokens: int, threshold: float, block_size: int, sub_block_size: int, temperature: float,
+                   top_p: float, prefix_cache: bool, sub_block_cache: bool, relay_carry: bool, decode: str) -> None:
+    """The decoding settings alone (no model, no prompts): ValueError with one line. eval_code.py runs this
+    before it loads a model; generate() runs it again with the checks that need the model and prompts."""
+    bs = block_size
     if decode not in DECODE_MODES:
         raise ValueError(f"decode must be one of {DECODE_MODES}, got '{decode}'")
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
-    if any(mask_id in p for p in prompts):
-        raise ValueError(f"a prompt contains the mask token id {mask_id}; remove it (it would be decoded over)")
-    if max_new_tokens < 1:
+    if not max_new_tokens >= 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if bs < 1 or sub_block_size < 1 or bs % sub_block_size:
+    if not (bs >= 1 and sub_block_size >= 1) or bs % sub_block_size:
         raise ValueError(f"block_size ({bs}) must be a positive multiple of sub_block_size ({sub_block_size})")
-    if not 0 < threshold <= 1:
+    if not 0 < threshold <= 1:  # written so that NaN fails
         raise ValueError(f"threshold must be in (0, 1] (1.0 commits exactly one token per forward), got {threshold}")
-    if temperature < 0 or not 0 < top_p <= 1:
+    if not (0 <= temperature < float("inf") and 0 < top_p <= 1):
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature} and {top_p}")
     if sub_block_cache and not prefix_cache:
         raise ValueError("sub_block_cache=True needs prefix_cache=True (the block's keys live in the prefix cache)")
-    context = getattr(model.config, "max_position_embeddings", None)
-    longest = max(len(p) for p in prompts)
-    if context is not None and longest + max_new_tokens > context:
-        raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} does not fit the model's "
-                         f"context of {context} positions; shorten the prompt or lower max_new_tokens")
     if decode == "authors" and max_new_tokens < bs:
         raise ValueError(f"decode='authors' runs max_new_tokens // block_size blocks past the longest prompt's block: "
                          f"max_new_tokens ({max_new_tokens}) must be >= block_size ({bs})")
     if decode == "authors" and sub_block_cache and relay_carry:
         raise ValueError("decode='authors' has no sub-block cache with the relay carry (the authors' code ran the carry "
                          "without it); drop sub_block_cache or use decode='batch_invariant'")
+
+
+def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
+                prefix_cache, sub_block_cache, relay_carry, mask_id, decode) -> None:
+    check_settings(max_new_tokens, threshold, bs, sub_block_size, temperature, top_p, prefix_cache, sub_block_cache,
+                   relay_carry, decode)
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+    if any(mask_id in p for p in prompts):
+        raise ValueError(f"a prompt contains the mask token id {mask_id}; remove it (it would be decoded over)")
+    context = getattr(model.config, "max_position_embeddings", None)
+    longest = max(len(p) for p in prompts)
+    if context is not None and longest + max_new_tokens > context:
+        raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} does not fit the model's "
+                         f"context of {context} positions; shorten the prompt or lower max_new_tokens")
     if relay_carry and getattr(model, "relay_layer_norm", None) is None:
         raise ValueError("relay_carry=True needs a model with a relay LayerNorm (a Relay checkpoint, use_relay=True)")

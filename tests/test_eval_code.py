@@ -8,6 +8,7 @@ unsafe mode: they judge the tests' own programs and the tiny model's noise, not 
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -239,6 +240,20 @@ def test_authors_batches_by_character_length_shortest_first():
     assert batches(prompts, ids, 2, "batch_invariant") == [[2, 3], [4, 1], [0]]
 
 
+@pytest.mark.parametrize("arg,message", [("--threshold=1.5", "threshold must be in (0, 1]"),
+                                         ("--threshold=nan", "threshold"), ("--decode=fast", "decode must be one of"),
+                                         ("--max_new_tokens=16", "must be >= block_size"),
+                                         ("--sub_block_size=5", "positive multiple of sub_block_size"),
+                                         ("--top_p=0", "0 < top_p <= 1"), ("--dtype=float16", "--dtype must be"),
+                                         ("--device=gpu", "--device must be"), ("--timeout=-1", "--timeout must be")])
+def test_decoding_settings_are_checked_before_the_model_loads(tmp_path, monkeypatch, arg, message):
+    """They used to reach the user only after the model (minutes for the 1.5B) was loaded."""
+    monkeypatch.setattr(eval_code, "_load_model", lambda cfg: pytest.fail("the model was loaded before the check"))
+    with pytest.raises(SystemExit, match=re.escape(message)) as e:
+        eval_code.main(["--model=some/model", "--limit=1", SANDBOX, arg, f"--out_dir={tmp_path / 'o'}"])
+    assert "\n" not in str(e.value) and not (tmp_path / "o").exists()
+
+
 def test_bad_generation_settings_give_one_line(tmp_path):
     """Settings generate() refuses reach the user as one line (SystemExit), not a traceback. Checked to
     fail without the ValueError -> SystemExit wrapper around generate in main."""
@@ -373,7 +388,7 @@ def _bad_inputs(tmp_path, plus: str):
     (d / "old_run").mkdir()
     (d / "old_run" / "samples.jsonl").write_text("{}\n")
     return [
-        (["--workers=-1"], "--workers must be >= 0"), (["--timeout=0"], "--timeout must be > 0"),
+        (["--workers=-1"], "--workers must be >= 0"), (["--timeout=0"], "--timeout must be finite and > 0"),
         (["--memory_gb=-1"], "--memory_gb"), (["--limit=-3"], "--limit"), (["--batch_size=0"], "--batch_size"),
         (["--sandbox=docker"], "sandbox must be one of"), (["--dataset=gsm8k"], "unknown dataset"),
         (["--bogus=1"], "unknown config key"), ([str(d / "bad.py")], "config error"),
