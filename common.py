@@ -422,8 +422,10 @@ def resume_config(saved: dict, now: dict, default: dict, step: int, rules: Resum
         if key in rules.not_compared or old == value:
             continue
         if key in rules.fixed or (key not in rules.may_change and not allow_change):
-            hint = ("the checkpoint's weights and state only fit its value" if key in rules.fixed else
-                    "pass the checkpoint's value, or --allow_config_change=True to go on with the new one")
+            hint = ("the checkpoint's weights and state only fit its value: pass it, or start a new run with "
+                    "--overwrite=True or in another out_dir" if key in rules.fixed else
+                    "pass the checkpoint's value, or --allow_config_change=True to go on with the new one, or start "
+                    "a new run with --overwrite=True or in another out_dir")
             raise SystemExit(f"resume: {key} changed: {path} has {key}={old!r}, this run {key}={value!r}; {hint}")
         changed[key] = [old, value]
     run_config = saved | {key: new for key, (_, new) in changed.items()}
