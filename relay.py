@@ -84,10 +84,17 @@ def confidence_unmask(logits: torch.Tensor, candidates: torch.Tensor, tau: float
     return (selected | forced) & candidates
 
 
-def draw_taus(n: int, tau: float = 0.15, sigma: float = 0.1, generator: torch.Generator | None = None) -> torch.Tensor:
+def draw_taus(n: int, tau: float = 0.15, sigma: float = 0.1, generator: torch.Generator | None = None,
+              device: torch.device | str | None = None) -> torch.Tensor:
     """n training thresholds max(0, tau + sigma * eps), eps ~ N(0, 1) (the paper: 0.15, 0.1, Appendix
-    A.1.3), one per rollout step: policy=[partial(confidence_unmask, tau=t) for t in taus]. Drawn on the
-    host, one scalar draw each, so rollout_loss draws nothing and compiles in one graph."""
+    A.1.3), one per rollout step: policy=[partial(confidence_unmask, tau=t) for t in taus]. Drawn outside
+    rollout_loss, so that it draws nothing and compiles in one graph. On the host (a CPU generator, or no
+    generator and no device): one scalar draw each, float64. On a GPU (a CUDA generator, or device=cuda
+    with the default generator): one draw of n on the device, no host sync (a CUDA graph can hold it)."""
+    on = generator.device if generator is not None else torch.device(device or "cpu")
+    if on.type != "cpu":
+        eps = torch.randn(n, generator=generator, device=on) if sigma > 0 else torch.zeros(n, device=on)
+        return (tau + sigma * eps).clamp(min=0.0)
     eps = [torch.randn((), generator=generator).item() if sigma > 0 else 0.0 for _ in range(n)]
     return torch.tensor([max(0.0, tau + sigma * e) for e in eps], dtype=torch.float64)
 
@@ -131,8 +138,9 @@ def mlm_masking(*, maskable: torch.Tensor, generator: torch.Generator | None = N
     """MLM noise: t ~ U(0, 1) per sequence, each maskable cell masked with probability t (the linear
     schedule of paper Eq. 1). maskable (B, L) bool (True = a cell to fill) -> masked (B, L) bool."""
     B, L = maskable.shape
-    t = torch.rand(B, 1, generator=generator)
-    masked = torch.rand(B, L, generator=generator) < t
+    on = generator.device if generator is not None else maskable.device  # drawn where the generator lives
+    t = torch.rand(B, 1, generator=generator, device=on)
+    masked = torch.rand(B, L, generator=generator, device=on) < t
     return masked.to(maskable.device) & maskable
 
 

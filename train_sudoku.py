@@ -101,6 +101,9 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "auto"  # auto (bf16 autocast on CUDA, fp32 elsewhere) | bfloat16 | float32
     compile: bool = False  # the training step's loss region as one torch.compile graph (DDP: the model only)
+    cuda_graph: bool = False  # CUDA, one process: the whole step (draws, loss, backward, clip, AdamW, EMA) replayed
+    # as one CUDA graph, so that the host only launches it (sudoku/cuda_graph.py); the same steps in distribution,
+    # not bit for bit: its draws come from the device's default generator
     seed: int = 1  # the first of Table 1's seeds 1, 2, 3 (train_fastdllm.py's default is the authors' 42)
 
 
@@ -120,6 +123,8 @@ def check_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"K must be between 1 and 8, got {cfg.K}")
     if cfg.batch_size < 1 or cfg.max_iters < 0 or cfg.n_embd % cfg.n_head:
         raise ConfigError("need batch_size >= 1, max_iters >= 0 and n_embd divisible by n_head")
+    if cfg.cuda_graph and cfg.device in ("cpu", "mps"):
+        raise ConfigError(f"cuda_graph=True needs a CUDA device, got device={cfg.device}")
 
 
 DEVICE_NAMES = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
@@ -166,7 +171,7 @@ RESUME_KEYS = ("model", "model_config", "config", "optimizer", "step", "data_pos
 RESUME_RULES = common.ResumeRules(
     may_change=("max_iters", "max_minutes", "eval_interval", "keep_interval"),
     not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device", "compile",
-                  "wandb_log", "wandb_project", "wandb_run_name"),
+                  "cuda_graph", "wandb_log", "wandb_project", "wandb_run_name"),
     fixed=("objective", "n_layer", "n_head", "n_embd", "d_ff", "tie_embeddings", "pos_emb", "batch_size"))
 
 
@@ -346,16 +351,22 @@ def earlier_validations(log_path: str, step: int) -> list[dict]:
     return [r for r in common.read_records(log_path) if "val/exact" in r and r["step"] < step]
 
 
-def rng_state(gen: torch.Generator, device: str) -> dict:
+def rng_state(gen: torch.Generator | None, device: str) -> dict:
     np_state = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "gen": gen.get_state(), "python": random.getstate(),
+    return {"torch": torch.get_rng_state(), "gen": gen.get_state() if gen is not None else None,
+            "python": random.getstate(),
             "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
             "cuda": torch.cuda.get_rng_state(device) if device.startswith("cuda") else None}
 
 
-def set_rng_state(state: dict, gen: torch.Generator, device: str) -> None:
+def set_rng_state(state: dict, gen: torch.Generator | None, device: str) -> None:
     torch.set_rng_state(state["torch"])
-    gen.set_state(state["gen"])
+    if gen is not None and state["gen"] is not None:  # None: draws from the device's default generator
+        try:
+            gen.set_state(state["gen"])
+        except RuntimeError:  # a CUDA run saved by a version that drew its data noise on the host
+            print("warning: the checkpoint's data-noise generator was a host one; this run draws on the device "
+                  "from a fresh stream (the same distribution, not the same draws)", file=sys.stderr)
     random.setstate(state["python"])
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
@@ -445,7 +456,8 @@ class SudokuRun:
     optimizer: torch.optim.Optimizer
     ema: EMA | None
     buffer: RolloutBuffer | None
-    gen: torch.Generator  # data noise (MLM masks, tau): the same stream on every rank
+    gen: torch.Generator | None  # data noise (MLM masks, tau), on the run's device: the same stream on every rank
+    # (None under cuda_graph: the device's default generator, which a CUDA graph advances by itself)
     loss_fn: object  # the step's loss (make_loss_fn), compiled as one graph when compile=True
     reduce: object  # DDP token-count reduction for the losses, or None
     x0_all: torch.Tensor
@@ -460,6 +472,7 @@ class SudokuRun:
     step: int = 0
     pos: int = 0  # samples drawn so far: the position in BatchOrder
     train_seconds: float = 0.0
+    graphed: object = None  # cuda_graph=True: the captured step (sudoku.cuda_graph.GraphedStep)
 
     @property
     def master(self) -> bool:
@@ -495,7 +508,11 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
     local_bs = cfg.batch_size // world
     device_type = device.split(":")[0]
     use_bf16 = uses_bf16(cfg.dtype, device_type)
-    amp = torch.autocast(device_type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+    # a CUDA graph replays its casts: autocast's cache of cast weights would go stale (cache_enabled=False)
+    amp = torch.autocast(device_type, dtype=torch.bfloat16, cache_enabled=not cfg.cuda_graph) if use_bf16 \
+        else nullcontext()
+    if cfg.cuda_graph and (device_type != "cuda" or ddp):
+        raise SystemExit(f"cuda_graph=True needs one process on a CUDA device (here: {device}, {world} process(es))")
     if device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -506,10 +523,13 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
     run_config = checked_resume_config(resume, cfg, ckpt_path) if resume is not None else config_to_dict(cfg)
 
     x0_all, q_all, val_q, val_a = load_data(cfg, train_data, val_data, master)
+    x0_all, q_all = x0_all.to(device), q_all.to(device)  # the step gathers its rows where it runs
 
     # model, optimizer, state
     torch.manual_seed(cfg.seed + rank)  # dropout differs per rank
-    gen = torch.Generator().manual_seed(cfg.seed)
+    gen = None if cfg.cuda_graph else torch.Generator(device=device if device_type == "cuda" else "cpu")
+    if gen is not None:
+        gen.manual_seed(cfg.seed)
     mcfg = model_config(cfg)
     model = SudokuTransformer(mcfg)
     if resume is not None:
@@ -521,8 +541,10 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
             print(f"init_from {parent['path']} (step {parent['step']}, {'EMA' if parent['ema'] else 'raw'} weights"
                   f"{', relay LayerNorm added at zero' if parent['relay_added'] else ''})")
     model.to(device)
-    optimizer = torch.optim.AdamW(optimizer_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
-                                  betas=(cfg.beta1, cfg.beta2), fused=device_type == "cuda")
+    # under a CUDA graph the learning rate is a tensor the host refills each step (warm-up needs no new graph)
+    lr = torch.tensor(cfg.learning_rate, device=device) if cfg.cuda_graph else cfg.learning_rate
+    optimizer = torch.optim.AdamW(optimizer_groups(model, cfg.weight_decay), lr=lr, betas=(cfg.beta1, cfg.beta2),
+                                  fused=device_type == "cuda", capturable=cfg.cuda_graph)
     ema = EMA(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     buffer = RolloutBuffer(local_bs, MASK, cfg.buffer_init) if cfg.objective != "mlm" else None
     run = SudokuRun(cfg=cfg, device=device, rank=rank, world=world, ddp=ddp, model=model, raw_model=model, mcfg=mcfg,
@@ -567,6 +589,9 @@ def setup(cfg: TrainConfig, train_data=None, val_data=None) -> SudokuRun:
         # the training step's loss region as ONE graph: a graph break or a host sync (.item(), bool())
         # inside it is an error here, not a silent slowdown; the sampler stays eager (early exit)
         run.loss_fn = torch.compile(run.loss_fn, fullgraph=True)
+    if cfg.cuda_graph:
+        from sudoku.cuda_graph import GraphedStep
+        run.graphed = GraphedStep(run)
     if cfg.wandb_log and master:
         try:
             import wandb
@@ -634,41 +659,46 @@ def make_loss_fn(cfg: TrainConfig, forward, buffer: RolloutBuffer | None, reduce
 
 
 def draw_step_noise(run: SudokuRun, maskable: torch.Tensor, mine: slice) -> list[torch.Tensor]:
-    """The step's random draws from run.gen, made on the host in the order the losses would make them:
-    MLM: the masks of the global batch (identical under DDP), this rank's rows; rollout objectives: the
-    staggered start masks (buffer_init=staggered), then the K thresholds
-    tau = max(0, train_tau + train_tau_sigma * eps) (paper: 0.15 and 0.1)."""
+    """The step's random draws from run.gen, in the order the losses would make them: MLM: the masks of
+    the global batch (identical under DDP), this rank's rows; rollout objectives: the staggered start
+    masks (buffer_init=staggered), then the K thresholds tau = max(0, train_tau + train_tau_sigma * eps)
+    (paper: 0.15 and 0.1). Drawn where run.gen lives (the run's GPU, else the host; under cuda_graph the
+    device's default generator), so on a GPU no draw crosses to the device."""
     cfg = run.cfg
     if cfg.objective == "mlm":
         return [mlm_masking(maskable=maskable, generator=run.gen)[mine]]
     start = []
     if cfg.buffer_init == "staggered":
-        start = [mlm_masking(maskable=torch.ones(run.local_bs, 81, dtype=torch.bool), generator=run.gen)]
-    return [draw_taus(cfg.K, cfg.train_tau, cfg.train_tau_sigma, run.gen)] + start
+        ones = torch.ones(run.local_bs, 81, dtype=torch.bool, device=maskable.device)
+        start = [mlm_masking(maskable=ones, generator=run.gen)]
+    return [draw_taus(cfg.K, cfg.train_tau, cfg.train_tau_sigma, run.gen, device=run.device)] + start
 
 
-def to_device_async(t: torch.Tensor, device: str) -> torch.Tensor:
-    """Host -> device without a host sync: on CUDA through pinned memory with a non-blocking copy
-    (a copy from pageable memory makes the host wait)."""
-    if device.startswith("cuda"):
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)
+def batch_rows(run: SudokuRun) -> torch.Tensor:
+    """The next global batch's row indices (common.BatchOrder, on the host: the same order on every device,
+    resumable from the position alone), on the run's device: 8 bytes a row cross, not the boards."""
+    rows = torch.from_numpy(run.order.rows(run.pos, run.cfg.batch_size))
+    run.pos += run.cfg.batch_size
+    if run.device.startswith("cuda"):  # pinned and non-blocking: no host sync
+        return rows.pin_memory().to(run.device, non_blocking=True)
+    return rows.to(run.device)
 
 
 def train_step(run: SudokuRun) -> tuple[float, torch.Tensor, torch.Tensor | int]:
     """One optimizer step on the next global batch; returns (lr, loss, puzzles new to the rollout buffer).
-    No host sync on CUDA: the batch and the random draws travel as non-blocking copies."""
-    cfg, device = run.cfg, run.device
+    No host sync on CUDA: the training data lives on the device, only the row indices travel (non-blocking),
+    and the random draws are made there. Under cuda_graph, one replay of the captured step (sudoku/cuda_graph.py)."""
+    if run.graphed is not None:
+        return run.graphed.step(run)
+    cfg = run.cfg
     lr = lr_at(run.step, cfg)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    rows = run.order.rows(run.pos, cfg.batch_size)
-    run.pos += cfg.batch_size
+    rows = batch_rows(run)
     mine = slice(run.rank * run.local_bs, (run.rank + 1) * run.local_bs)
     maskable = run.q_all[rows] == MASK  # clues are the given cells
     draws = draw_step_noise(run, maskable, mine)
-    inputs = [run.x0_all[rows][mine], maskable[mine]] + draws
-    loss, new = run.loss_fn(*[to_device_async(t, device) for t in inputs])
+    loss, new = run.loss_fn(run.x0_all[rows][mine], maskable[mine], *draws)
     loss.backward()
     if cfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), cfg.grad_clip)
@@ -722,6 +752,8 @@ def stop_if_collapsed(run: SudokuRun, metrics: dict) -> bool:
 def save(run: SudokuRun, metrics: dict) -> None:
     """out_dir/ckpt.pt: everything a bit-exact resume needs, every rank's RNG and rollout buffer included."""
     buffer = run.buffer
+    if run.graphed is not None:
+        run.graphed.before_host_reads()  # the EMA's step count, kept on the device
     rank_state = {"rng": rng_state(run.gen, run.device), "buffer": to_device(buffer.state_dict(), "cpu") if buffer else None}
     ranks = [None] * run.world
     if run.ddp:

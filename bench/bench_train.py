@@ -11,7 +11,9 @@ buffer refill and K forwards), backward, clip, AdamW, EMA. The data is synthetic
 with 60% blanks, validation off): the step's cost does not depend on the digits. Columns:
   ms/step, steps/s   mean over the timed steps (after the warm-up steps, which include compilation)
   vs MLM             ms/step over MLM's
+  step               eager, compiled, CUDA graph or compiled+CUDA graph
   TFLOP/s            step_flops / step time: the model's matmuls and attention (see flops_per_step)
+  MFU                TFLOP/s over the GPU's dense bf16 peak (PEAK_TFLOPS by name, or --peak_tflops; '-' else)
   peak mem           torch.cuda.max_memory_allocated over the objective's steps ('-' off CUDA)
   graphs             torch.compile graphs built for the objective (1 = one graph, never recompiled)
   syncs/step         host syncs in one extra step under torch.cuda.set_sync_debug_mode ('-' off CUDA)
@@ -39,6 +41,15 @@ from common import uses_bf16  # noqa: E402
 from sudoku.board import MASK  # noqa: E402
 
 L, VOCAB = 81, 17  # Sudoku: 81 cells, 17 token ids
+# dense bf16 tensor-core peaks (TFLOP/s, no sparsity) from the vendors' data sheets, for the MFU column
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0}
+
+
+def peak_tflops(cfg: "BenchConfig", device_name: str) -> float | None:
+    """--peak_tflops, else the data-sheet peak of a GPU this table knows by name, else None (no MFU)."""
+    if cfg.peak_tflops > 0:
+        return cfg.peak_tflops
+    return next((v for k, v in PEAK_TFLOPS.items() if k in device_name), None)
 
 
 @dataclass
@@ -47,6 +58,8 @@ class BenchConfig:
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere | bfloat16 | float32
     compile: bool = False  # train_sudoku's compile=True: the step's loss region as one graph
+    cuda_graph: bool = False  # train_sudoku's cuda_graph=True: the whole step replayed as one CUDA graph
+    peak_tflops: float = 0.0  # the device's dense bf16 peak for the MFU column; 0 = known GPUs by name (PEAK_TFLOPS)
     batch_size: int = 512
     n_layer: int = 4
     n_head: int = 6
@@ -96,6 +109,7 @@ def sync(device: str) -> None:
 def train_config(cfg: BenchConfig, objective: str) -> ts.TrainConfig:
     """train_sudoku's config for this objective (out_dir is never written: no checkpoint, no log)."""
     tcfg = ts.TrainConfig(objective=objective, device=cfg.device, dtype=cfg.dtype, compile=cfg.compile,
+                          cuda_graph=cfg.cuda_graph,
                           batch_size=cfg.batch_size, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
                           d_ff=cfg.d_ff, dropout=cfg.dropout, K=cfg.K, seed=cfg.seed, eval_puzzles=0,
                           out_dir=os.path.join(tempfile.gettempdir(), "bench_train_unused"))
@@ -218,17 +232,20 @@ def main(argv: list[str] | None = None) -> None:
         if not cfg.profile:
             rows[o].pop("run")  # frees the model and its optimizer before the next objective
     base = rows["mlm"]["seconds"] if "mlm" in rows else None
-    print(f"\n| objective | ms/step | steps/s | vs MLM | puzzles/s | TFLOP/s | peak mem | graphs | syncs/step | "
-          f"{cfg.max_iters:,} steps |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    peak = peak_tflops(cfg, name) if device_type == "cuda" else None
+    mode = "+".join(m for m, on in (("compiled", cfg.compile), ("CUDA graph", cfg.cuda_graph)) if on) or "eager"
+    print(f"\n| objective | step | ms/step | steps/s | vs MLM | puzzles/s | TFLOP/s | MFU | peak mem | graphs | "
+          f"syncs/step | {cfg.max_iters:,} steps |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for o, r in rows.items():
         t = r["seconds"]
         ratio = f"{t / base:.2f}x" if base else "-"
-        peak = f"{r['peak'] / 2**30:.2f} GiB" if r["peak"] is not None else "-"
+        mem = f"{r['peak'] / 2**30:.2f} GiB" if r["peak"] is not None else "-"
         graphs = str(r["graphs"]) if r["graphs"] is not None else "-"
         syncs = str(r["syncs"]) if r["syncs"] is not None else "-"
-        print(f"| {o} | {1000 * t:.1f} | {1 / t:.1f} | {ratio} | {cfg.batch_size / t:,.0f} | {r['tflops']:.3g} | "
-              f"{peak} | {graphs} | {syncs} | {t * cfg.max_iters / 3600:.2f} h |")
+        mfu = f"{100 * r['tflops'] / peak:.1f}%" if peak else "-"
+        print(f"| {o} | {mode} | {1000 * t:.1f} | {1 / t:.1f} | {ratio} | {cfg.batch_size / t:,.0f} | {r['tflops']:.3g} | "
+              f"{mfu} | {mem} | {graphs} | {syncs} | {t * cfg.max_iters / 3600:.2f} h |")
     if cfg.profile:
         for o, r in rows.items():
             busy, table = profile_table(r.pop("run"), cfg.profile_steps)

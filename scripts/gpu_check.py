@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,14 +68,25 @@ def plan(smoke: bool, work: str) -> list[Part]:
     def bench_train(*extra: str) -> Callable[[], list[list[str]]]:
         return lambda: [[PY, "bench/bench_train.py", f"--device={dev}", *bench_sizes, *extra]]
 
+    def step_modes(*modes: tuple[str, ...], steps: int = 200) -> Callable[[], list[list[str]]]:
+        """MLM and Relay, each objective and each step mode in its own process (no state carried from one
+        measurement to the next), 200 timed steps each; smoke: eager only (a CUDA graph needs a GPU)."""
+        timed = [] if smoke else [f"--steps={steps}", "--warmup=10"]
+        use = list(dict.fromkeys(tuple(a for a in m if not (smoke and a == "--cuda_graph=True")) for m in modes))
+        return lambda: [[PY, "bench/bench_train.py", f"--device={dev}", *bench_sizes, *timed, f"--objectives={o}", *m]
+                        for m in use for o in ("mlm", "relay")]
+
     def learn() -> list[list[str]]:
         """The CPU preset on CUDA (fp32 and bf16) and on the CPU, same data and seed: the curves must agree."""
         steps = ["--max_iters=6", "--eval_interval=3", "--eval_puzzles=20", "--log_interval=1"] if smoke else []
         cpu_steps = steps if smoke else ["--max_iters=100", "--eval_interval=0", "--log_interval=25"]
         run = [PY, "train_sudoku.py", "config/cpu_relay.py", f"--data_dir={data}", "--overwrite=True", *tiny_sudoku]
+        graphed = [] if smoke else [run + [f"--device={dev}", "--dtype=bfloat16", "--cuda_graph=True",
+                                           f"--out_dir={work}/learn_{dev}_bf16_graph", *steps]]
         return [prepare,
                 run + [f"--device={dev}", "--dtype=float32", f"--out_dir={work}/learn_{dev}_fp32", *steps],
                 run + [f"--device={dev}", "--dtype=bfloat16", f"--out_dir={work}/learn_{dev}_bf16", *steps],
+                *graphed,
                 run + ["--device=cpu", "--dtype=float32", f"--out_dir={work}/learn_cpu_reference", *cpu_steps]]
 
     def ddp() -> list[list[str]]:
@@ -126,6 +137,14 @@ def plan(smoke: bool, work: str) -> list[Part]:
         return [[PY, "bench/bench_generate.py", *sizes], [PY, "bench/bench_generate.py", *sizes, *fp32, "--dtype=float32"]]
 
     return [
+        # first: the speed of the step as it is and as one CUDA graph, in one run (before and after)
+        Part("train_speed_graphed", "Table 1 step: eager against one CUDA graph, MLM and Relay, own processes",
+             step_modes((), ("--cuda_graph=True",)), 420, 150, r"\| relay \|", keep=BENCH),
+        Part("train_profile_graphed", "MLM and Relay steps as one CUDA graph, profiled",
+             step_modes(("--cuda_graph=True", "--profile=True"), steps=20), 300, 60, r"^\|.*\|", keep=BENCH),
+        Part("train_speed_compiled_graphed", "Table 1 step: compiled against compiled and one CUDA graph",
+             step_modes(("--compile=True",), ("--compile=True", "--cuda_graph=True")), 570, 480, r"\| relay \|",
+             keep=BENCH),
         Part("tests", "Test suite on the device", tests, 480, 180, r"\d+ passed",
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
         Part("reference_models", "The reference models decoded on the device, fp32 and bf16",
@@ -184,7 +203,9 @@ def trained_seconds(out_dir: str) -> float:
 def compare_learning(work: str, dev: str) -> str:
     """Loss per logged step of the same preset on the CPU and on the device, and a figure."""
     fp32 = "fp32 (TF32 matmuls)" if dev == "cuda" else "fp32"  # train_sudoku turns TF32 on for CUDA
-    runs = {"CPU fp32": "learn_cpu_reference", f"{dev} {fp32}": f"learn_{dev}_fp32", f"{dev} bf16": f"learn_{dev}_bf16"}
+    runs = {"CPU fp32": "learn_cpu_reference", f"{dev} {fp32}": f"learn_{dev}_fp32", f"{dev} bf16": f"learn_{dev}_bf16",
+            f"{dev} bf16, CUDA graph": f"learn_{dev}_bf16_graph"}
+    runs = {n: d for n, d in runs.items() if os.path.isdir(os.path.join(work, d))}
     logs = {name: read_log(os.path.join(work, d)) for name, d in runs.items()}
     steps = sorted(set().union(*(loss for loss, _ in logs.values())))
     lines = ["| step | " + " | ".join(f"loss, {n}" for n in runs) + " |", "|---" * (len(runs) + 1) + "|"]

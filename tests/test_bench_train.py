@@ -66,11 +66,12 @@ def test_bench_times_train_sudokus_own_step_and_prints_markdown(monkeypatch, cap
     assert out[0].startswith("device: cpu")
     assert all(line == "" or line.startswith(("| ", "|---", "### Profile", "2 steps after")) for line in out[1:]), out
     header = out[2].split("|")[1:-1]
-    assert [h.strip() for h in header] == ["objective", "ms/step", "steps/s", "vs MLM", "puzzles/s", "TFLOP/s",
-                                           "peak mem", "graphs", "syncs/step", "300,000 steps"]
+    assert [h.strip() for h in header] == ["objective", "step", "ms/step", "steps/s", "vs MLM", "puzzles/s", "TFLOP/s",
+                                           "MFU", "peak mem", "graphs", "syncs/step", "300,000 steps"]
     relay_row = [c.strip() for c in out[5].split("|")[1:-1]]
-    assert relay_row[0] == "relay" and relay_row[6:9] == ["-", "-", "-"]  # no CUDA memory, no compile, no CUDA syncs
-    assert float(relay_row[5]) > 0
+    assert relay_row[:2] == ["relay", "eager"]
+    assert relay_row[7:11] == ["-", "-", "-", "-"]  # no MFU, no CUDA memory, no compile, no CUDA syncs off CUDA
+    assert float(relay_row[6]) > 0
     profiles = [i for i, line in enumerate(out) if line.startswith("### Profile")]
     assert len(profiles) == 2 and out[profiles[0] + 4].startswith("| op | calls/step")
 
@@ -123,3 +124,11 @@ def test_sync_count_skips_the_debug_modes_own_notice(monkeypatch):
         assert bench.count_syncs(None) == 2
     assert state["mode"] == "default"
     assert bench.sync_events([notice, sync, "called a synchronizing CUDA operation"]) == 2
+
+
+def test_mfu_peak_by_device_name_or_flag():
+    bench = load_bench()
+    cfg = bench.BenchConfig()
+    assert bench.peak_tflops(cfg, "NVIDIA H100 80GB HBM3") == 989.0 and bench.peak_tflops(cfg, "NVIDIA H200") == 989.0
+    assert bench.peak_tflops(cfg, "Some GPU") is None
+    assert bench.peak_tflops(bench.BenchConfig(peak_tflops=100.0), "NVIDIA H100") == 100.0

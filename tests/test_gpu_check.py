@@ -111,7 +111,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, reference_models, train_speed"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are train_speed_graphed, train_profile_graphed"):
         run(tmp_path, "--parts=nope")
 
 
@@ -148,7 +148,7 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 22
+    assert len(commands) == 33
     for cmd in commands:
         check_arguments(cmd)
 

@@ -261,7 +261,7 @@ def test_bench_train_prints_a_row_per_objective(capsys):
                 "--steps=1", "--warmup=1"])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "ms/step" not in line]
     assert [r.split("|")[1].strip() for r in rows] == ["mlm", "rollout", "relay_sg", "relay"]
-    assert rows[0].split("|")[4].strip() == "1.00x"
+    assert rows[0].split("|")[5].strip() == "1.00x"  # the column after objective, step mode, ms/step, steps/s
     with pytest.raises(SystemExit, match="unknown objective"):
         bench.main(["--objectives=mlm,mdm"])
 
