@@ -64,20 +64,24 @@ def fastdllm_run(tmp_path_factory):
     return out
 
 
+def sweep(path: str, copy: str, load, unchanged, seed: int) -> None:
+    """FLIPS damaged copies of path through `load`: each refused in one line, or loaded and `unchanged`."""
+    refused = 0
+    for damaged in flips(path, FLIPS, seed=seed):
+        open(copy, "wb").write(damaged)
+        kind, value = outcome(lambda: load(copy), copy)
+        refused += kind == "refused"
+        if kind == "loaded":  # only a flip that changes nothing the file holds may load
+            assert unchanged(value)
+    assert refused >= FLIPS // 2  # most flips change contents (the rest hit padding or unused zip fields)
+
+
 def test_sudoku_checkpoint_flips(tmp_path):
     cfg = load_config(ts.TrainConfig, TINY + [f"--out_dir={tmp_path / 'run'}", "--eval_interval=0", "--max_iters=1"])
     ts.train(cfg, TRAIN, VAL)
     path = str(tmp_path / "run" / "ckpt.pt")
-    good = common.load_checkpoint(path)
-    copy = str(tmp_path / "copy.pt")
-    counts = {"refused": 0, "loaded": 0}
-    for damaged in flips(path, FLIPS, seed=1):
-        open(copy, "wb").write(damaged)
-        kind, value = outcome(lambda: common.load_checkpoint(copy), copy)
-        counts[kind] += 1
-        if kind == "loaded":  # only a flip that changes nothing the checkpoint holds may load
-            assert common.checksum(value) == good["checksum"]
-    assert counts["refused"] >= FLIPS // 2  # most flips change contents (the rest hit padding or unused zip fields)
+    good = common.load_checkpoint(path)["checksum"]
+    sweep(path, str(tmp_path / "copy.pt"), common.load_checkpoint, lambda c: common.checksum(c) == good, seed=1)
 
 
 def test_sudoku_weights_file_flips(tmp_path):
@@ -85,15 +89,8 @@ def test_sudoku_weights_file_flips(tmp_path):
     model, meta = common.load_model(os.path.join(ROOT, "reference", "mlm.safetensors"))
     common.save_weights(model, path, {"config": json.dumps(meta), "weights": "ema"})
     good = {k: v.clone() for k, v in common.load_model(path)[0].state_dict().items()}
-    copy = str(tmp_path / "copy.safetensors")
-    counts = {"refused": 0, "loaded": 0}
-    for damaged in flips(path, FLIPS, seed=2):
-        open(copy, "wb").write(damaged)
-        kind, value = outcome(lambda: common.load_model(copy), copy)
-        counts[kind] += 1
-        if kind == "loaded":
-            assert all(torch.equal(good[k], v) for k, v in value[0].state_dict().items())
-    assert counts["refused"] >= FLIPS // 2  # most flips change contents (the rest hit padding or unused zip fields)
+    sweep(path, str(tmp_path / "copy.safetensors"), common.load_model,
+          lambda loaded: all(torch.equal(good[k], v) for k, v in loaded[0].state_dict().items()), seed=2)  # most flips change contents (the rest hit padding or unused zip fields)
 
 
 def test_fastdllm_checkpoint_flips_in_every_file(fastdllm_run, tmp_path):

@@ -132,13 +132,18 @@ def planted_build(tmp_path, monkeypatch) -> tuple[str, dict]:
     real_generate, real_split = P.generate_splits, sudoku.hard.split_by_class
     monkeypatch.setattr(P, "generate_splits", lambda *a, **k: (plant(real_generate(*a, **k)[0], "easy", 10), 0))
     monkeypatch.setattr(sudoku.hard, "split_by_class", lambda *a, **k: plant(real_split(*a, **k), "hard", 20))
+    return build(tmp_path, n_train=60, n_val=8, n_test=20), planted
+
+
+def build(tmp_path, n_train: int, n_val: int, n_test: int) -> str:
+    """prepare_data.py --source=standin from the fake larsdoku's two collections; returns the out_dir."""
     out = str(tmp_path / "standin")
     try:
-        P.main(["--source=standin", "--collections=fn_fc_day1,killer_combo", "--out_dir=" + out, "--n_train=60",
-                "--n_val=8", "--n_test=20", "--workers=1"])
+        P.main(["--source=standin", "--collections=fn_fc_day1,killer_combo", "--out_dir=" + out,
+                f"--n_train={n_train}", f"--n_val={n_val}", f"--n_test={n_test}", "--workers=1"])
     finally:
         sudoku.hard.read_top1465.cache_clear()
-    return out, planted
+    return out
 
 
 def test_planted_copies_leave_train_in_both_shares(tmp_path, monkeypatch, capsys):
@@ -155,12 +160,7 @@ def test_planted_copies_leave_train_in_both_shares(tmp_path, monkeypatch, capsys
 
 def test_composition_rating_and_hard_cohort(tmp_path, monkeypatch, capsys):
     fake_larsdoku(tmp_path, monkeypatch, classes=40, copies=2, top_puzzles=2)
-    out = str(tmp_path / "standin")
-    try:
-        P.main(["--source=standin", "--collections=fn_fc_day1,killer_combo", "--out_dir=" + out, "--n_train=50",
-                "--n_val=10", "--n_test=40", "--workers=1"])
-    finally:
-        sudoku.hard.read_top1465.cache_clear()
+    out = build(tmp_path, n_train=50, n_val=10, n_test=40)
     text = capsys.readouterr().out
     test = pd.read_parquet(os.path.join(out, "test.parquet"))
     hard = sudoku.standin.share_of(test["source"]) == "hard"
