@@ -59,7 +59,10 @@ def even_budgets(curves: list[list[Point]], k: int = 5) -> list[float]:
     if span is None:
         return []
     lo, hi = span
-    return [lo + (hi - lo) * i / (k - 1) for i in range(k)] if k > 1 and hi > lo else [lo]
+    if k < 2 or hi == lo:
+        return [lo]
+    # the last one is hi itself: lo + (hi - lo) can round past hi, where a curve ending at hi has no value
+    return [lo + (hi - lo) * i / (k - 1) for i in range(k - 1)] + [hi]
 
 
 def across_seeds(seeds: list[list[Point]], budget: float) -> tuple[float, float] | None:

@@ -29,6 +29,16 @@ def test_shared_range_and_even_budgets():
     assert F.shared_range([MLM, [F.Point(30.0, 0.9, 10)]]) is None
 
 
+def test_even_budgets_end_inside_every_curve():
+    """lo + (hi - lo) rounds to 28.136000000000003 for this range: a last budget past the curve's end would
+    have no accuracy there."""
+    curves = [[F.Point(nfe=13.506, acc=0.1, n=10), F.Point(nfe=30.0, acc=0.2, n=10)],
+              [F.Point(nfe=10.0, acc=0.1, n=10), F.Point(nfe=28.136, acc=0.3, n=10)]]
+    budgets = F.even_budgets(curves, k=4)
+    assert budgets[0] == 13.506 and budgets[-1] == 28.136
+    assert all(F.accuracy_at(c, b) is not None for c in curves for b in budgets)
+
+
 def test_compare_table_with_difference():
     text = F.compare({"MLM": MLM, "Relay": RELAY}, budgets=(15.0, 22.0))
     rows = text.splitlines()
