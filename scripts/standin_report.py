@@ -88,6 +88,14 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
     return mean, (float(np.std(values, ddof=1)) if len(values) > 1 else math.nan)
 
 
+def puzzle_se(mlm: list[float], relay: list[float], n: int) -> float:
+    """The standard error of mean(Relay - MLM) over seeds that comes from scoring only n puzzles: each
+    accuracy's binomial variance p(1 - p) / n, the two models' treated as independent (an upper bound on
+    the same puzzles, where their successes correlate)."""
+    variance = sum(a * (1 - a) / n + b * (1 - b) / n for a, b in zip(mlm, relay))
+    return math.sqrt(variance) / len(mlm)
+
+
 def _fmt(values: list[float]) -> str:
     m, s = mean_sd(values)
     mean = f"{100 * m:.1f}".replace("-0.0", "0.0")  # rounding noise of a zero difference
@@ -109,7 +117,7 @@ def crossover(found: dict, set_slug: str, metric: str = "exact_match") -> list[d
             continue
         curves = {o: [curve(r, metric) for _, r in sorted(v.items())] for o, v in sweeps.items()}
         budgets = sudoku.frontier.even_budgets(curves["mlm"] + curves["relay"], MATCHED_BUDGETS)
-        row = {"equivalents": eq, "budgets": budgets}
+        row = {"equivalents": eq, "budgets": budgets, "n": min(p.n for c in curves["mlm"] for p in c)}
         for o, cs in curves.items():
             row[o] = matched_mean(cs, budgets) if budgets else []
         rows.append(row)
@@ -123,15 +131,17 @@ def crossover_table(found: dict, set_names: dict[str, str]) -> str:
         if not rows:
             continue
         lines += [f"\n**{title}**: exact match (%) at matched NFE per puzzle, mean over seeds ± s.d.", "",
-                  "| compute (MLM-step equivalents) | NFE range | MLM | Relay | Relay − MLM | seeds |",
-                  "|---|---|---|---|---|---|"]
+                  "| compute (MLM-step equivalents) | NFE range | MLM | Relay | Relay − MLM | s.e. (puzzles) | seeds |",
+                  "|---|---|---|---|---|---|---|"]
         for r in rows:
             if not r["budgets"]:
-                lines.append(f"| {r['equivalents']:,} | no NFE range both cover | | | | |")
+                lines.append(f"| {r['equivalents']:,} | no NFE range both cover | | | | | |")
                 continue
+            paired = len(r["mlm"]) == len(r["relay"])
             diff = [b - a for a, b in zip(r["mlm"], r["relay"])]  # seed i of Relay against seed i of MLM
+            se = f"{100 * puzzle_se(r['mlm'], r['relay'], r['n']):.1f}" if paired else "n/a"
             lines.append(f"| {r['equivalents']:,} | {r['budgets'][0]:.1f}-{r['budgets'][-1]:.1f} | {_fmt(r['mlm'])} | "
-                         f"{_fmt(r['relay'])} | {_fmt(diff) if len(r['mlm']) == len(r['relay']) else 'n/a'} | "
+                         f"{_fmt(r['relay'])} | {_fmt(diff) if paired else 'n/a'} | {se} | "
                          f"{len(r['mlm'])} / {len(r['relay'])} |")
     return "\n".join(lines)
 
@@ -198,22 +208,25 @@ def ladder(found: dict, info: dict, eq: int, set_slug: str = "test") -> list[dic
             row = {"kind": kind, "band": label, "n": int(keep.sum()), "budgets": budgets}
             if budgets:
                 row.update({o: matched_mean(cs, budgets) for o, cs in curves.items()})
+                row["se"] = puzzle_se(row["mlm"], row["relay"], row["n"])
             rows.append(row)
     return rows
 
 
 def ladder_table(rows: list[dict], eq: int) -> str:
-    lines = ["| band | puzzles | NFE range | MLM | Relay | Relay − MLM (seed by seed) |", "|---|---|---|---|---|---|"]
+    lines = ["| band | puzzles | NFE range | MLM | Relay | Relay − MLM (seed by seed) | s.e. (puzzles) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         name = f"rating {r['band']}" if r["kind"] == "rating" else f"{r['band']} clues"
         if not r["budgets"]:
-            lines.append(f"| {name} | {r['n']} | no NFE range both cover | | | |")
+            lines.append(f"| {name} | {r['n']} | no NFE range both cover | | | | |")
             continue
         diff = [b - a for a, b in zip(r["mlm"], r["relay"])]
         lines.append(f"| {name} | {r['n']} | {r['budgets'][0]:.1f}-{r['budgets'][-1]:.1f} | {_fmt(r['mlm'])} | "
-                     f"{_fmt(r['relay'])} | {_fmt(diff)} |")
+                     f"{_fmt(r['relay'])} | {_fmt(diff)} | {100 * r['se']:.1f} |")
     return (f"Exact match (%) at matched NFE per puzzle on the test split, by this solver's rating and by clue "
-            f"count, at {eq:,} MLM-step equivalents (mean over seeds ± s.d.)\n\n" + "\n".join(lines))
+            f"count, at {eq:,} MLM-step equivalents (mean over seeds ± s.d.; s.e. (puzzles): the standard error "
+            f"of the difference from the band's puzzle count alone)\n\n" + "\n".join(lines))
 
 
 def plot_ladder(rows: list[dict], path: str) -> None:
@@ -225,14 +238,15 @@ def plot_ladder(rows: list[dict], path: str) -> None:
         sel = [r for r in rows if r["kind"] == kind and r["budgets"]]
         diffs = [[100 * (b - a) for a, b in zip(r["mlm"], r["relay"])] for r in sel]
         x = np.arange(len(sel))
-        ax.bar(x, [np.mean(d) for d in diffs], color="C3", alpha=0.6)
+        ax.bar(x, [np.mean(d) for d in diffs], yerr=[100 * r["se"] for r in sel], capsize=3, color="C3", alpha=0.6)
         for i, d in enumerate(diffs):
             ax.plot([i] * len(d), d, "k.", markersize=5)
         ax.axhline(0, color="k", linewidth=0.8)
         ax.set_xticks(x, [f"{r['band']}\n(n={r['n']})" for r in sel], fontsize=8)
-        ax.set(xlabel=xlabel, ylabel="Relay − MLM, exact match at matched NFE (points)")
+        ax.set(xlabel=xlabel, ylabel="Relay − MLM (points)")
         ax.grid(alpha=0.3, axis="y")
-    fig.suptitle("Difficulty ladder: bars the mean over seeds, dots each seed pair")
+    fig.suptitle("Difficulty ladder on the test split: Relay − MLM, exact match at matched NFE\n"
+                 "(bars: mean over seeds with the puzzle-count s.e.; dots: each seed pair)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
