@@ -4,8 +4,9 @@
     python scripts/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # add a digest to an older export
 
 Writes only what decoding needs: the EMA weights (fp32, what the run's own validation used), the
-model config, the run's config, the step it stopped at and the sha256 of all of them (checked on load). common.load_model reads the file like a
-run directory, so sample.py --ckpt=reference/relay.safetensors works too.
+model config, the run's config, the step it stopped at and the sha256 of all of them (checked on load).
+common.load_model reads the file like a run directory, so sample.py --ckpt=reference/relay.safetensors
+works too.
 """
 import argparse
 import json

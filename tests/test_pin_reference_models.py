@@ -1,7 +1,8 @@
 """Pins, not evidence: the committed reference models (reference/*.safetensors: the quick start's MLM and
-Relay trained on hard puzzles, and the earlier pair trained on the easy generated mix) still decode as
-when they were exported: exact match and mean NFE on committed puzzle sets, compared with the values this
-code recorded then (tests/data/reference_metrics.json). They catch a change, not a wrong method.
+Relay trained on the Sudoku-Extreme stand-in, the earlier pairs trained on hard puzzles and on the easy
+generated mix) still decode as when they were exported: exact match and mean NFE on committed puzzle
+sets, compared with the values this code recorded then (tests/data/reference_metrics.json). They catch
+a change, not a wrong method.
 
     python -m pytest tests/test_pin_reference_models.py -q
     python -m pytest tests/test_pin_reference_models.py --device=cuda   # the same pins on a GPU (fp32)
@@ -11,7 +12,7 @@ code recorded then (tests/data/reference_metrics.json). They catch a change, not
 
 The puzzles are committed, so a generator change cannot move the pins: the easy pair decodes
 tests/data/reference_puzzles.txt (100 from sudoku.board.generate_puzzle and 100 twins on independently
-sampled grids), the hard pair tests/data/hard_reference_puzzles.txt (100 fresh puzzles of the
+sampled grids), the hard and stand-in pairs tests/data/hard_reference_puzzles.txt (100 fresh puzzles of the
 generator's hard mode; Top1465 itself may not be copied into the repository). fp32 matmuls differ
 slightly between CPUs (AVX2, AVX-512) and can flip a close confidence comparison, so the pins carry a
 tolerance: 3 puzzles per set, and 0.2 mean NFE (easy) or 0.5 (hard, about 30 NFE per puzzle).
@@ -42,7 +43,9 @@ PINS = os.path.join(DATA, "reference_metrics.json")
 MODELS = {"mlm": (os.path.join(ROOT, "reference", "mlm.safetensors"), PUZZLES, 0.2),
           "relay": (os.path.join(ROOT, "reference", "relay.safetensors"), PUZZLES, 0.2),
           "hard_mlm": (os.path.join(ROOT, "reference", "hard_mlm.safetensors"), HARD_PUZZLES, 0.5),
-          "hard_relay": (os.path.join(ROOT, "reference", "hard_relay.safetensors"), HARD_PUZZLES, 0.5)}
+          "hard_relay": (os.path.join(ROOT, "reference", "hard_relay.safetensors"), HARD_PUZZLES, 0.5),
+          "standin_mlm": (os.path.join(ROOT, "reference", "standin_mlm.safetensors"), HARD_PUZZLES, 0.5),
+          "standin_relay": (os.path.join(ROOT, "reference", "standin_relay.safetensors"), HARD_PUZZLES, 0.5)}
 TAU = 0.15
 EXACT_TOLERANCE = 3
 
