@@ -228,9 +228,15 @@ class EMA:
     def update(self, model: torch.nn.Module) -> None:
         self.num_updates += 1
         d = min(self.decay, (1 + self.num_updates) / (10 + self.num_updates))
+        self.blend(model, 1.0 - d)
+
+    @torch.no_grad()
+    def blend(self, model: torch.nn.Module, weight: float | torch.Tensor) -> None:
+        """shadow += weight * (parameter - shadow), every parameter; weight a float or a device scalar."""
         names = list(self.shadow)
         params = dict(model.named_parameters())
-        torch._foreach_lerp_([self.shadow[n] for n in names], [params[n].detach().float() for n in names], 1.0 - d)
+        weights = [weight] * len(names) if isinstance(weight, torch.Tensor) else weight
+        torch._foreach_lerp_([self.shadow[n] for n in names], [params[n].detach().float() for n in names], weights)
 
     @torch.no_grad()
     def copy_to(self, model: torch.nn.Module) -> None:
@@ -694,20 +700,26 @@ def train_step(run: SudokuRun) -> tuple[float, torch.Tensor, torch.Tensor | int]
     lr = lr_at(run.step, cfg)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    rows = batch_rows(run)
     mine = slice(run.rank * run.local_bs, (run.rank + 1) * run.local_bs)
+    loss, new = learn(run, batch_rows(run), mine, run.ema)
+    run.optimizer.zero_grad(set_to_none=True)
+    run.step += 1
+    return lr, loss.detach(), new if new is not None else 0
+
+
+def learn(run: SudokuRun, rows: torch.Tensor, mine: slice, ema) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The step's body on the global batch's rows (this rank's slice `mine`): gather, draw, loss, backward,
+    clip, AdamW, then ema.update (EMA, or the graphed step's device-side one). Returns (loss, new puzzles)."""
     maskable = run.q_all[rows] == MASK  # clues are the given cells
     draws = draw_step_noise(run, maskable, mine)
     loss, new = run.loss_fn(run.x0_all[rows][mine], maskable[mine], *draws)
     loss.backward()
-    if cfg.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), cfg.grad_clip)
+    if run.cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), run.cfg.grad_clip)
     run.optimizer.step()
-    run.optimizer.zero_grad(set_to_none=True)
-    if run.ema is not None:
-        run.ema.update(run.raw_model)
-    run.step += 1
-    return lr, loss.detach(), new if new is not None else 0
+    if ema is not None:
+        ema.update(run.raw_model)
+    return loss, new
 
 
 def evaluate(run: SudokuRun) -> dict:

@@ -21,7 +21,6 @@ the CPU tests check it (tests/test_cuda_graph.py).
 """
 import torch
 
-from sudoku.board import MASK
 
 WARMUP = 3  # eager steps before the capture (allocator, cuBLAS workspaces, torch.compile's first calls)
 BUFFER_STATE = ("x0", "z", "maskable", "h")
@@ -39,11 +38,7 @@ class DeviceEMA:
     @torch.no_grad()
     def update(self, model: torch.nn.Module) -> None:
         self.count += 1
-        weight = 1.0 - torch.minimum(self.decay, (1 + self.count) / (10 + self.count))
-        names = list(self.ema.shadow)
-        params = dict(model.named_parameters())
-        torch._foreach_lerp_([self.ema.shadow[n] for n in names], [params[n].detach().float() for n in names],
-                             [weight] * len(names))
+        self.ema.blend(model, 1.0 - torch.minimum(self.decay, (1 + self.count) / (10 + self.count)))
 
     def sync_count(self) -> None:
         """Before a save or a validation: the host's count from the device's (one host sync, not per step)."""
@@ -54,7 +49,7 @@ class GraphedStep:
     """One training step of a train_sudoku SudokuRun as a replayable body (see the module docstring)."""
 
     def __init__(self, run, capture: bool = True):
-        import train_sudoku as ts  # the step's pieces (draws, lr schedule); imported here: ts imports this module
+        import train_sudoku as ts  # the step's body and lr schedule; imported here: ts imports this module
         self.ts, self.capture = ts, capture
         cfg, device = run.cfg, run.device
         self.index = torch.zeros(cfg.batch_size, dtype=torch.long, device=device)
@@ -70,17 +65,8 @@ class GraphedStep:
                 group["lr"] = torch.tensor(float(group["lr"]), device=device)
 
     def body(self, run) -> None:
-        """Gather, draw, loss, backward, clip, AdamW, EMA; results into fixed tensors."""
-        cfg = run.cfg
-        maskable = run.q_all[self.index] == MASK
-        draws = self.ts.draw_step_noise(run, maskable, slice(None))
-        loss, new = run.loss_fn(run.x0_all[self.index], maskable, *draws)
-        loss.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(run.raw_model.parameters(), cfg.grad_clip, foreach=True)
-        run.optimizer.step()
-        if self.ema is not None:
-            self.ema.update(run.raw_model)
+        """train_sudoku.learn on the rows in the index buffer, then its results into fixed tensors."""
+        loss, new = self.ts.learn(run, self.index, slice(None), self.ema)
         for name, fixed in self.static.items():  # the buffer's new state into the storage the next step reads
             fixed.copy_(getattr(run.buffer, name))
             setattr(run.buffer, name, fixed)
@@ -91,11 +77,8 @@ class GraphedStep:
     def step(self, run) -> tuple[float, torch.Tensor, torch.Tensor | int]:
         """train_sudoku.train_step's contract: (lr, loss, puzzles new to the buffer) for the next global batch."""
         lr = self.ts.lr_at(run.step, run.cfg)
-        for group in run.optimizer.param_groups:
-            if isinstance(group["lr"], torch.Tensor):
-                group["lr"].fill_(lr)  # outside the graph: a device write, no sync
-            else:
-                group["lr"] = lr
+        for group in run.optimizer.param_groups:  # tensors since __init__
+            group["lr"].fill_(lr)  # outside the graph: a device write, no sync
         self.index.copy_(self.ts.batch_rows(run))
         if not self.capture:
             self._eager(run)
