@@ -70,7 +70,7 @@ def plan(smoke: bool, work: str) -> list[Part]:
 
     def step_modes(*modes: tuple[str, ...], steps: int = 200) -> Callable[[], list[list[str]]]:
         """MLM and Relay, each objective and each step mode in its own process (no state carried from one
-        measurement to the next), 200 timed steps each; smoke: eager only (a CUDA graph needs a GPU)."""
+        measurement to the next), `steps` timed steps each; smoke: eager only (a CUDA graph needs a GPU)."""
         timed = [] if smoke else [f"--steps={steps}", "--warmup=10"]
         use = list(dict.fromkeys(tuple(a for a in m if not (smoke and a == "--cuda_graph=True")) for m in modes))
         return lambda: [[PY, "bench/bench_train.py", f"--device={dev}", *bench_sizes, *timed, f"--objectives={o}", *m]
