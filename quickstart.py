@@ -34,9 +34,9 @@ from sudoku.puzzle_files import strings_to_digits
 from sudoku.decode import decode_boards
 
 REFERENCES = {"standin": {"MLM": "reference/standin_mlm.safetensors", "Relay": "reference/standin_relay.safetensors"},
-              # the earlier pairs: trained on hard puzzles only, and on the easy generated mix (docs/results.md)
+              # the earlier pairs: trained on hard puzzles only, and on the easy generated mix (17-45 clues;
+              # docs/results.md)
               "hard": {"MLM": "reference/hard_mlm.safetensors", "Relay": "reference/hard_relay.safetensors"},
-              # the earlier pair, trained on the easy generated mix (17-45 clues; docs/results.md)
               "easy": {"MLM": "reference/mlm.safetensors", "Relay": "reference/relay.safetensors"}}
 HARD_TAUS = (0.02, 0.05, 0.10, 0.15, 0.25)  # the paper's sweep reaches 0.05; hard puzzles reward lower thresholds
 COLORS = {"MLM": "C0", "Relay": "C3"}

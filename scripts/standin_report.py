@@ -92,8 +92,8 @@ def puzzle_se(mlm: list[float], relay: list[float], n: int) -> float:
     """The standard error of mean(Relay - MLM) over seeds that comes from scoring only n puzzles: each
     accuracy's binomial variance p(1 - p) / n, the two models' treated as independent (an upper bound on
     the same puzzles, where their successes correlate)."""
-    variance = sum(a * (1 - a) / n + b * (1 - b) / n for a, b in zip(mlm, relay))
-    return math.sqrt(variance) / len(mlm)
+    pairs = list(zip(mlm, relay))  # seed i of each
+    return math.sqrt(sum(a * (1 - a) / n + b * (1 - b) / n for a, b in pairs)) / len(pairs)
 
 
 def _fmt(values: list[float]) -> str:
@@ -194,9 +194,10 @@ def bands(values: np.ndarray, edges: tuple) -> list[tuple[str, np.ndarray]]:
 
 def ladder(found: dict, info: dict, eq: int, set_slug: str = "test") -> list[dict]:
     """Per rating band and clue band of the set's scored puzzles: each objective's accuracy at matched NFE
-    (per seed) and Relay - MLM seed by seed."""
-    sweeps = {o: [found[k] for k in sorted(found) if k[0] == o and k[2] == set_slug and k[3] == "full" and k[4] == eq]
-              for o in ("mlm", "relay")}
+    (per seed) and Relay - MLM seed by seed, over the seeds both objectives have results for."""
+    seeds = sorted(set.intersection(*({k[1] for k in found if k[0] == o and k[2] == set_slug and k[3] == "full"
+                                       and k[4] == eq} for o in ("mlm", "relay"))))
+    sweeps = {o: [found[o, s, set_slug, "full", eq] for s in seeds] for o in ("mlm", "relay")}
     rows = []
     for kind, key, edges in (("rating", "rating", RATING_BANDS), ("clues", "clues", CLUE_BANDS)):
         values = np.asarray(info[set_slug][key])

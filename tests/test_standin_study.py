@@ -49,7 +49,8 @@ def per_puzzle(nfe: list[int], solved: list[int]) -> dict:
 
 
 def test_ladder_splits_puzzles_by_rating_and_clues(tmp_path):
-    """20 puzzles, 10 rated 0 and 10 rated 150, all with 25 clues. Rated 0: MLM solves 2 then 4 of 10 at
+    """Seed by seed: MLM seed 2 has no Relay partner yet and is left out. 20 puzzles, 10 rated 0 and 10
+    rated 150, all with 25 clues. Rated 0: MLM solves 2 then 4 of 10 at
     NFE 10 then 20, Relay 3 then 5: 30% against 40% over the shared range (+10 points). Rated 150: MLM
     0 then 2, Relay 1 then 1: 10% each (0). All 20 (24-26 clues): MLM 10% then 30%, Relay 20% then 30%:
     20% against 25% (+5)."""
@@ -61,6 +62,7 @@ def test_ladder_splits_puzzles_by_rating_and_clues(tmp_path):
         return out
     write_result(tmp_path, "mlm_s1", "test", "full", 12000, sweep((2, 0), (4, 2)))
     write_result(tmp_path, "relay_s1", "test", "full", 12000, sweep((3, 1), (5, 1)))
+    write_result(tmp_path, "mlm_s2", "test", "full", 12000, sweep((9, 9), (9, 9)))  # no Relay seed 2 yet: left out
     found = R.load(str(tmp_path))
     assert R.final_point(found) == 12000
     info = {"test": {"rating": [0] * 10 + [150] * 10, "clues": [25] * 20}}
