@@ -70,6 +70,7 @@ class EvalConfig:
     top_p: float = 0.95  # only used when temperature > 0
     prefix_cache: bool = True  # exact: completed blocks are cached
     sub_block_cache: bool = False  # approximate DualCache; off for the paper's numbers
+    cuda_graph: bool = False  # CUDA: replay the cached block forward as CUDA graphs (same outputs, fastdllm/graphs.py)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model always runs in float32)
@@ -337,6 +338,10 @@ def check_inputs(cfg: EvalConfig) -> tuple[list[dict], bool, fastdllm.sandbox.Ch
             raise SystemExit(f"--dtype must be bfloat16 or float32, got {cfg.dtype!r}")
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.device):
             raise SystemExit(f"--device must be auto, cpu, cuda, cuda:N or mps, got {cfg.device!r}")
+        if cfg.cuda_graph and not (cfg.prefix_cache and not cfg.sub_block_cache):
+            raise SystemExit("--cuda_graph=True needs --prefix_cache=True and --sub_block_cache=False")
+        if cfg.cuda_graph and not pick_device(cfg.device).startswith("cuda"):
+            raise SystemExit(f"--cuda_graph=True needs a CUDA device, --device={cfg.device} gives {pick_device(cfg.device)}")
     try:
         choice = fastdllm.sandbox.choose_mode(cfg.sandbox)
         problems, has_plus = load_problems(cfg.dataset, cfg.data_path)
@@ -427,7 +432,8 @@ def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> No
             res = generate(model, [ids[i] for i in batch], max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold,
                            block_size=cfg.block_size, sub_block_size=cfg.sub_block_size, temperature=cfg.temperature,
                            top_p=cfg.top_p, stop_token_id=stop_id, prefix_cache=cfg.prefix_cache,
-                           sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry, decode=cfg.decode)
+                           sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry, decode=cfg.decode,
+                           cuda_graph=cfg.cuda_graph)
         except ValueError as e:  # bad settings or a prompt that does not fit: one line
             raise SystemExit(str(e))
         if device == "cuda":

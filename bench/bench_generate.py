@@ -16,8 +16,10 @@ relay gain ~N(0, 0.5)) amplifies a last-bit difference between the cached and un
 ~10x per forward until a token flips (measured: 2e-5 -> 1e-2 in four forwards). Without carry there is
 no recurrence, so rounding never compounds. --dtype=float64 shows every row at 1.000 except the
 sub-block cache, which is approximate by design (docs/fastdllm.md).
-The targets: prefix cache >= 3x faster than uncached at equal outputs; relay carry <= 5%
-extra per forward (compare ms/fwd of "+ relay carry" rows with the rows above them).
+The targets: prefix cache >= 3x faster than uncached at equal outputs (bf16, batch 32, on a GPU with the
+CUDA graph rows: fastdllm/graphs.py); relay carry <= 5% extra per forward (compare ms/fwd of "+ relay
+carry" rows with the rows above them). The CUDA graph rows run on CUDA only; each timed run captures its
+graphs anew (one per power-of-two row count it reaches), so the capture is part of their time.
 """
 import os
 import sys
@@ -47,13 +49,15 @@ class BenchConfig:
     seed: int = 0
 
 
-VARIANTS = [  # name, prefix_cache, sub_block_cache, relay_carry
-    ("uncached", False, False, False),
-    ("prefix cache", True, False, False),
-    ("prefix + sub-block cache", True, True, False),
-    ("uncached + relay carry", False, False, True),
-    ("prefix cache + relay carry", True, False, True),
-    ("prefix + sub-block + relay carry", True, True, True),
+VARIANTS = [  # name, prefix_cache, sub_block_cache, relay_carry, cuda_graph (rows with a CUDA graph: CUDA only)
+    ("uncached", False, False, False, False),
+    ("prefix cache", True, False, False, False),
+    ("prefix cache + CUDA graph", True, False, False, True),
+    ("prefix + sub-block cache", True, True, False, False),
+    ("uncached + relay carry", False, False, True, False),
+    ("prefix cache + relay carry", True, False, True, False),
+    ("prefix cache + relay carry + CUDA graph", True, False, True, True),
+    ("prefix + sub-block + relay carry", True, True, True, False),
 ]
 
 
@@ -89,19 +93,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     prompts = [torch.randint(0, vocab, (cfg.prompt_len,), generator=g).tolist() for _ in range(cfg.batch_size)]
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
-    def run(prefix, sub, carry):
+    def run(prefix, sub, carry, graph):
         return generate(model, prompts, max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold,
                         sub_block_size=cfg.sub_block_size, stop_token_id=-1, prefix_cache=prefix,
-                        sub_block_cache=sub, relay_carry=carry, decode="batch_invariant")  # per-row max_new_tokens
+                        sub_block_cache=sub, relay_carry=carry, decode="batch_invariant",  # per-row max_new_tokens
+                        cuda_graph=graph)
 
-    run(True, False, True)  # warm-up (allocator, kernels)
+    run(True, False, True, False)  # warm-up (allocator, kernels)
+    variants = [v for v in VARIANTS if device.startswith("cuda") or not v[4]]
     rows, ref = [], {}
-    for name, prefix, sub, carry in VARIANTS:
+    for name, prefix, sub, carry, graph in variants:
         best = float("inf")
         for _ in range(cfg.repeats):
             sync()
             t0 = time.perf_counter()
-            out = run(prefix, sub, carry)
+            out = run(prefix, sub, carry, graph)  # a graphed run captures its graphs anew: capture is timed
             sync()
             best = min(best, time.perf_counter() - t0)
         if not prefix:
@@ -117,9 +123,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print("\n| variant | tok/s | NFE | ms/fwd | vs uncached | same |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['variant']} | {r['tok_s']:.1f} | {r['nfe']:.1f} | {r['ms_fwd']:.2f} | {r['speedup']:.2f}x | {r['same']:.3f} |")
+    if len(variants) < len(VARIANTS):
+        print("(the CUDA graph rows need a CUDA device)")
     by = {r["variant"]: r for r in rows}
-    for a, b in (("prefix cache", "prefix cache + relay carry"), ("uncached", "uncached + relay carry")):
-        print(f"relay carry cost per forward ({a}): {100 * (by[b]['ms_fwd'] / by[a]['ms_fwd'] - 1):+.1f}%")
+    for a, b in (("prefix cache", "prefix cache + relay carry"), ("uncached", "uncached + relay carry"),
+                 ("prefix cache + CUDA graph", "prefix cache + relay carry + CUDA graph")):
+        if a in by and b in by:
+            print(f"relay carry cost per forward ({a}): {100 * (by[b]['ms_fwd'] / by[a]['ms_fwd'] - 1):+.1f}%")
     return rows
 
 

@@ -39,6 +39,8 @@ the prefix cache (exact: tested equal to full recomputation) and with the sub-bl
 Caches:
   - prefix_cache=True (default) is exact: completed blocks never change, and recomputing them gives the
     same keys and values. prefix_cache=False recomputes the whole sequence every forward (the reference).
+  - cuda_graph=True (CUDA, prefix cache only) runs every block forward at fixed shapes as a replayed CUDA
+    graph (fastdllm/graphs.py): the same keys and values, so the same outputs as the prefix cache.
   - sub_block_cache=True is Fast-dLLM's DualCache and is approximate by design: the first forward of a
     sub-block runs the whole block and keeps its keys/values; the next forwards of that sub-block run only
     the sub-block (plus the position before it, whose logit predicts the sub-block's first token) against
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fastdllm.cache import BlockKVCache
+from fastdllm.graphs import BlockGraphs
 from fastdllm.model import FastDLLM, FastDLLMOutput, block_causal_mask, shift_hidden, shift_logits
 
 
@@ -114,7 +117,8 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
              block_size: int | None = None, sub_block_size: int = 8, temperature: float = 0.0, top_p: float = 0.95,
              stop_token_id: int | None = None, prefix_cache: bool = True, sub_block_cache: bool = False,
              relay_carry: bool = False, generator: torch.Generator | None = None,
-             trace: bool = False, progress: bool = False, decode: str = "authors") -> GenerateOutput:
+             trace: bool = False, progress: bool = False, decode: str = "authors",
+             cuda_graph: bool = False) -> GenerateOutput:
     """Decode a batch of prompts (lists of token ids) with Fast-dLLM v2's block diffusion.
 
     model: a fastdllm.model.FastDLLM (or anything with its forward signature and config fields bd_size,
@@ -122,7 +126,8 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     eos_token_id (<|im_end|> for Fast-dLLM v2). trace=True records, per denoising forward, the rows that
     took part, the shifted logits of the active sub-block and the number of tokens committed per row.
     decode: "authors" (the batch procedure behind paper Table 2; a row's result depends on its batch) or
-    "batch_invariant" (each row decodes as if alone); docs/fastdllm.md compares them."""
+    "batch_invariant" (each row decodes as if alone); docs/fastdllm.md compares them. cuda_graph: replay the
+    cached block forward as CUDA graphs (needs a CUDA model and the prefix cache, not the sub-block cache)."""
     cfg = model.config
     bs = block_size or cfg.bd_size
     stop_id = cfg.eos_token_id if stop_token_id is None else stop_token_id
@@ -131,8 +136,10 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
                 prefix_cache, sub_block_cache, relay_carry, cfg.mask_token_id, decode)
     _check_generator(model, generator)
+    _check_cuda_graph(model, cuda_graph, prefix_cache, sub_block_cache)
     opt = _Settings(bs, sub_block_size, threshold, temperature, top_p, cfg.mask_token_id, stop_id,
-                    sub_block_cache, relay_carry, generator, trace, batch_invariant=decode == "batch_invariant")
+                    sub_block_cache, relay_carry, generator, trace, batch_invariant=decode == "batch_invariant",
+                    cuda_graph=cuda_graph)
     return _decode(model, prompts, max_new_tokens, prefix_cache, opt, progress)
 
 
@@ -151,6 +158,7 @@ class _Settings:
     generator: torch.Generator | None
     trace: bool
     batch_invariant: bool  # decode="batch_invariant": each row decodes as if alone; False: the authors' batch procedure
+    cuda_graph: bool = False  # the block forwards through fastdllm/graphs.py
 
 
 @dataclass
@@ -163,6 +171,7 @@ class _Batch:
     last: torch.Tensor  # (B,) batch_invariant: the last position a prompt may generate (its max_new_tokens-th)
     b0: int  # the first block decoded: the complete prompt blocks before it are shared by every row
     cache: BlockKVCache | None
+    graphs: BlockGraphs | None  # cuda_graph=True: the static-shape block forward (and its cache) instead of `cache`
     nfe: torch.Tensor  # (B,) Table 2's NFE
     stop_at: torch.Tensor  # (B,) absolute position of the first stop token committed, -1 = none yet
     tokens: list  # (B,) the answer of each prompt, once its row is done
@@ -187,7 +196,8 @@ def _new_batch(model, prompts: list[list[int]], max_new_tokens: int, prefix_cach
     plen = torch.tensor([len(p) for p in prompts], device=device)
     return _Batch(x=x, rows=torch.arange(B, device=device), plen=plen, last=plen + max_new_tokens - 1,
                   b0=min(len(p) for p in prompts) // bs * bs,
-                  cache=BlockKVCache(model.config.num_hidden_layers, total) if prefix_cache else None,
+                  cache=BlockKVCache(model.config.num_hidden_layers, total) if prefix_cache and not opt.cuda_graph else None,
+                  graphs=BlockGraphs(model, B, total, bs, capture=device.type == "cuda") if opt.cuda_graph else None,
                   nfe=torch.zeros(B, dtype=torch.long, device=device),
                   stop_at=torch.full((B,), -1, dtype=torch.long, device=device), tokens=[None] * B)
 
@@ -304,6 +314,9 @@ def _denoise_forward(model, st: _Batch, opt: _Settings, b_start: int, q0: int, e
     """One denoising forward over [q0, end) (without the cache: [0, end)), each row with its own carry.
     A row that starts decoding in this block only now (its prompt ended in a later sub-block) must get no
     relay, as if decoded alone; a zero carry would not do (LN(0) = beta), so those rows run separately."""
+    if st.graphs is not None:  # one forward: the carry is gated per row (q0 is b_start: no sub-block cache)
+        carry = opt.relay_carry and bool(has_carry.any())
+        return st.graphs.block(st.x, b_start, shift_hidden(hbuf) if carry else None, has_carry)
     start, b_end = (q0 if st.cache is not None else 0), b_start + opt.bs
     relay_h = None
     if opt.relay_carry and (active & has_carry).any():
@@ -345,12 +358,16 @@ def _prefill(model, st: _Batch, b0: int, bs: int) -> torch.Tensor | None:
     logit of position b0-1 (it predicts block b0's first token); None when no block is shared."""
     if b0 == 0:
         return None
+    if st.graphs is not None:
+        return st.graphs.prefill(st.x, b0)
     return _forward(model, st.cache, st.x, 0, b0, bs, commit=True, keep_from=b0 - 1).logits[:, -1]
 
 
 def _cache_block(model, st: _Batch, b_start: int, bs: int) -> FastDLLMOutput:
     """The clean block's keys and values join the prefix cache (no relay: the carry never enters this
     forward); the output's last logit predicts the next block's first token."""
+    if st.graphs is not None:
+        return st.graphs.block(st.x, b_start)
     return _forward(model, st.cache, st.x, b_start, b_start + bs, bs, commit=True, keep_from=b_start + bs - 1)
 
 
@@ -379,6 +396,8 @@ def _keep_rows(st: _Batch, keep: torch.Tensor) -> bool:
         st.x, st.rows = st.x[keep], st.rows[keep]
         if st.cache is not None:
             st.cache.select(keep)
+        if st.graphs is not None:
+            st.graphs.keep_rows(keep)
     return True
 
 
@@ -441,6 +460,20 @@ def _check_generator(model, generator: torch.Generator | None) -> None:
     if generator is not None and generator.device.type != device.type:
         raise ValueError(f"the generator is on {generator.device} but the model on {device}; "
                          f"make it with torch.Generator(device='{device}')")
+
+
+GRAPH_DEVICES = ("cuda",)  # where cuda_graph=True runs; the CPU tests add "cpu" (the same forward, not captured)
+
+
+def _check_cuda_graph(model, cuda_graph: bool, prefix_cache: bool, sub_block_cache: bool) -> None:
+    if not cuda_graph:
+        return
+    device = next(model.parameters()).device
+    if device.type not in GRAPH_DEVICES:
+        raise ValueError(f"cuda_graph=True needs the model on a CUDA device, it is on {device}")
+    if not prefix_cache or sub_block_cache:
+        raise ValueError("cuda_graph=True needs prefix_cache=True and sub_block_cache=False (the graphed forward is "
+                         "one whole block against the prefix cache)")
 
 
 def check_settings(max_new_tokens: int, threshold: float, block_size: int, sub_block_size: int, temperature: float,

@@ -162,12 +162,14 @@ class FastDLLM(nn.Module):
         else:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
-    def embed(self, input_ids: torch.Tensor, relay_h: torch.Tensor | None = None) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor, relay_h: torch.Tensor | None = None,
+              relay_rows: torch.Tensor | None = None) -> torch.Tensor:
         """Token embedding plus LN_relay(relay_h) only where input_ids == mask_token_id.
 
         relay_h (B, L', d) with L' <= L covers the first L' positions (e.g. only the x_t half
         of the doubled training input); positions beyond it get no relay. It must already be
-        shifted (see shift_hidden)."""
+        shifted (see shift_hidden). relay_rows (B,) bool: only these rows get it (decoding with
+        fastdllm/graphs.py runs rows with and without a carry in one forward)."""
         x = self.model.embed_tokens(input_ids)  # (B, L, d)
         if relay_h is None:
             return x
@@ -180,18 +182,22 @@ class FastDLLM(nn.Module):
         ln = self.relay_layer_norm
         delta = ln(relay_h.to(ln.weight.dtype)).to(x.dtype)  # (B, n, d)
         guard = (input_ids[:, :n] == self.config.mask_token_id).unsqueeze(-1)
+        if relay_rows is not None:
+            guard = guard & relay_rows[:, None, None]
         head = torch.where(guard, x[:, :n] + delta, x[:, :n])  # committed / clean tokens never see the relay
         return head if n == L else torch.cat([head, x[:, n:]], dim=1)
 
     def forward(self, input_ids: torch.Tensor, relay_h: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 past_key_values: DynamicCache | None = None, use_cache: bool = False,
-                n_keep: int | None = None, n_last: int | None = None) -> FastDLLMOutput:
+                n_keep: int | None = None, n_last: int | None = None,
+                relay_rows: torch.Tensor | None = None) -> FastDLLMOutput:
         """One forward. attention_mask: 4-D bool (B or 1, 1, Lq, Lkv), True = may attend; None gives
         the block-causal inference mask over [cache || input]. n_keep: return logits and hidden
         only for the first n_keep positions (the x_t half in training: the lm_head over a
         151936-word vocabulary is the largest activation, so skipping the x_0 half matters). n_last: only
-        the last n_last positions instead (decoding reads the logits of the active block, never the prefix's)."""
+        the last n_last positions instead (decoding reads the logits of the active block, never the prefix's).
+        relay_rows: see embed."""
         if n_keep is not None and n_last is not None:
             raise ValueError("give n_keep or n_last, not both")
         B, L = input_ids.shape
@@ -203,7 +209,7 @@ class FastDLLM(nn.Module):
         if self.config._attn_implementation == "eager":  # eager adds the mask to the scores
             attention_mask = torch.zeros(attention_mask.shape, dtype=self.lm_head.weight.dtype,
                                          device=input_ids.device).masked_fill(~attention_mask, torch.finfo(self.lm_head.weight.dtype).min)
-        inputs_embeds = self.embed(input_ids, relay_h)
+        inputs_embeds = self.embed(input_ids, relay_h, relay_rows)
         captured = {}
         if self.config.relay_layer >= 0:  # readout = raw residual stream after decoder layer k
             layer = self.model.layers[self.config.relay_layer]

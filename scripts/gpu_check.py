@@ -142,6 +142,9 @@ def plan(smoke: bool, work: str) -> list[Part]:
              step_modes((), ("--cuda_graph=True",)), 420, 150, r"\| relay \|", keep=BENCH),
         Part("train_profile_graphed", "MLM and Relay steps as one CUDA graph, profiled",
              step_modes(("--cuda_graph=True", "--profile=True"), steps=20), 300, 60, r"^\|.*\|", keep=BENCH),
+        # second: decoding, the prefix cache with and without the block forward as CUDA graphs (fastdllm/graphs.py)
+        Part("generate_speed", "Fast-dLLM v2 1.5B shape: decoding speed, caches and CUDA graphs", generate, 480, 170,
+             r"\| uncached \|", keep=r"^\||relay carry cost|model, .*batch"),
         Part("train_speed_compiled_graphed", "Table 1 step: compiled against compiled and one CUDA graph",
              step_modes(("--compile=True",), ("--compile=True", "--cuda_graph=True")), 570, 480, r"\| relay \|",
              keep=BENCH),
@@ -173,8 +176,6 @@ def plan(smoke: bool, work: str) -> list[Part]:
              r"step 2 \|", keep=r"^step \d+ \||parameters"),
         Part("memory_profile", "Fast-dLLM v2 1.5B shape: training memory (Figure 3)", memory, 300, 30, r"^\| sft",
              keep=r"^\||^device", summarize=lambda w: "![memory_profile](memory_profile.png)"),
-        Part("generate_speed", "Fast-dLLM v2 1.5B shape: decoding speed and caches", generate, 480, 130,
-             r"\| uncached \|", keep=r"^\||relay carry cost|model, .*batch"),
     ]
 
 
