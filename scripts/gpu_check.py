@@ -49,7 +49,8 @@ class Part:
 
 # ----------------------------------------------------------------------------- the parts
 
-BENCH = r"^\||^device:|^#+ |after the timed ones"  # bench_train.py: its setting line, tables and profile headings
+BENCH = r"^\||^device:|^#+ |after the timed ones"
+STANDIN_DATA = "data/sudoku-standin-gpu"  # the stand-in's files training and evaluation read (docs/gpu.md)  # bench_train.py: its setting line, tables and profile headings
 
 
 def plan(smoke: bool, work: str) -> list[Part]:
@@ -128,6 +129,17 @@ def plan(smoke: bool, work: str) -> list[Part]:
         # beside report.md (not in work/), so the figure travels with the report
         return [[PY, "bench/memory_profile.py", *sizes, f"--out={os.path.dirname(work)}/memory_profile"]]
 
+    def standin() -> list[list[str]]:
+        """The stand-in study (docs/standin.md) as on the CPU, every run at once. Its data must be built where
+        larsdoku is installed and carried (train.npy, val.npy, test.npy, meta.json and the three parquets of
+        the evaluation sets, about 33 MB); its kept results land beside the report, the runs in work/."""
+        where = [f"--runs={work}/standin_runs", f"--out={os.path.dirname(work)}/standin_study"]
+        if smoke:
+            return [[PY, "scripts/standin_study.py", "--smoke", "--seeds=1", "--extra=", f"--data_dir={work}/standin_data",
+                     *where]]
+        return [[PY, "scripts/standin_study.py", "--lanes=8", "--device=cuda", "--prebuilt", f"--data_dir={STANDIN_DATA}",
+                 *where]]
+
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
             ["--shape=1.5b", "--device=cuda", "--batch_size=32"]
@@ -148,6 +160,11 @@ def plan(smoke: bool, work: str) -> list[Part]:
         Part("train_speed_compiled_graphed", "Table 1 step: compiled against compiled and one CUDA graph",
              step_modes(("--compile=True",), ("--compile=True", "--cuda_graph=True")), 570, 480, r"\| relay \|",
              keep=BENCH),
+        # third: the stand-in study on the GPU (resumable: a second command continues it)
+        Part("standin_study", "The stand-in study: MLM and Relay x 3 seeds, Rollout, Relay (sg), every run at once",
+             standin, 570, 420, r"^\| Top1465 .*\| Relay \|",
+             summarize=lambda w: "![crossover](standin_study/standin_crossover.png)\n\n"
+                                 "![ladder](standin_study/standin_ladder.png)"),
         Part("tests", "Test suite on the device", tests, 480, 180, r"\d+ passed",
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
         Part("reference_models", "The reference models decoded on the device, fp32 and bf16",

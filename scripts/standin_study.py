@@ -108,6 +108,9 @@ def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: l
 
 
 def run_all(args: argparse.Namespace) -> None:
+    if args.prebuilt and not os.path.exists(os.path.join(args.data_dir, "test.npy")):
+        raise SystemExit(f"--prebuilt: {args.data_dir} holds no stand-in data; build it where larsdoku is installed "
+                         "(python prepare_data.py --source=standin) and bring it here")
     runs.ensure_data(args.data_dir, ["--source=standin", *(SMOKE_DATA if args.smoke else [])])
     if not os.path.exists(os.path.join(args.data_dir, "test_hard.parquet")):
         raise SystemExit(f"{args.data_dir} holds no test_hard.parquet: not built with --source=standin; "
@@ -139,6 +142,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lanes", type=int, default=2, help="runs at once (CPU: one per core; a GPU: all of them)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--data_dir", default="data/sudoku-standin")
+    p.add_argument("--prebuilt", action="store_true", help="fail instead of building --data_dir when it is missing "
+                   "(a machine without larsdoku would build other hard puzzles and no Top1465)")
     p.add_argument("--runs", default="runs/standin")
     p.add_argument("--out", default="results/standin_study", help="kept results and the report")
     p.add_argument("--figures", default="", help="where the figures go (default: --out)")

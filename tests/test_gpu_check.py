@@ -134,6 +134,9 @@ def check_arguments(cmd: list[str]) -> None:
         assert args[0] == "--compare" and len(args) == 2 and args[1].startswith("--device=")
     elif script == "prepare_data.py":
         prepare_data.parse_args(args)
+    elif script == "scripts/standin_study.py":
+        from scripts import standin_study
+        standin_study.parse_args(args)
     else:
         loaders = {"bench/bench_train.py": bench_train.BenchConfig, "bench/bench_generate.py": bench_generate.BenchConfig,
                    "bench/memory_profile.py": memory_profile.Config}
@@ -148,7 +151,7 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 33
+    assert len(commands) == 34
     for cmd in commands:
         check_arguments(cmd)
 

@@ -92,3 +92,12 @@ def test_kept_steps_lists_only_kept_weight_files(tmp_path):
     assert S.kept_steps(str(tmp_path)) == [400, 2000]
     assert S.kept_steps(str(tmp_path / "missing")) == []
     assert np.isnan(R.mean_sd([0.5])[1])
+
+
+def test_prebuilt_data_is_never_rebuilt(tmp_path, monkeypatch):
+    """On a machine without larsdoku, building would give other hard puzzles and no Top1465 (the GPU check
+    carries the data instead): --prebuilt stops in one line rather than build."""
+    monkeypatch.setattr(S.runs, "ensure_data", lambda *a: pytest.fail("tried to build the data"))
+    args = S.parse_args(["--prebuilt", f"--data_dir={tmp_path}/missing", f"--runs={tmp_path}/runs"])
+    with pytest.raises(SystemExit, match="--prebuilt: .* holds no stand-in data"):
+        S.run_all(args)
