@@ -70,7 +70,7 @@ class EvalConfig:
     top_p: float = 0.95  # only used when temperature > 0
     prefix_cache: bool = True  # exact: completed blocks are cached
     sub_block_cache: bool = False  # approximate DualCache; off for the paper's numbers
-    cuda_graph: bool = False  # CUDA: replay the cached block forward as CUDA graphs (same outputs, fastdllm/graphs.py)
+    cuda_graph: bool = False  # CUDA: replay the cached block forward as CUDA graphs (fastdllm/graphs.py)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model always runs in float32)
@@ -83,7 +83,7 @@ class EvalConfig:
 
 
 # config keys that may differ when a run in out_dir is resumed (they change neither completions nor verdicts)
-RESUMABLE_KEYS = {"out_dir", "workers", "device", "gt_cache_dir"}
+RESUMABLE_KEYS = {"out_dir", "workers", "device", "gt_cache_dir", "cuda_graph"}  # how it runs, not what it computes
 
 
 # -----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ Caches:
   - prefix_cache=True (default) is exact: completed blocks never change, and recomputing them gives the
     same keys and values. prefix_cache=False recomputes the whole sequence every forward (the reference).
   - cuda_graph=True (CUDA, prefix cache only) runs every block forward at fixed shapes as a replayed CUDA
-    graph (fastdllm/graphs.py): the same keys and values, so the same outputs as the prefix cache.
+    graph (fastdllm/graphs.py): the same keys and values, so the prefix cache's outputs up to rounding.
   - sub_block_cache=True is Fast-dLLM's DualCache and is approximate by design: the first forward of a
     sub-block runs the whole block and keeps its keys/values; the next forwards of that sub-block run only
     the sub-block (plus the position before it, whose logit predicts the sub-block's first token) against

@@ -10,7 +10,8 @@ launches them all at once. What a graph needs, and how the forward here provides
   refills before each replay; the keys and values live in one preallocated buffer per layer, written at
   the block's positions by index (index_copy_ with the static position tensor, no Python int in the graph);
 - fixed shapes: the attention always spans the whole buffer, and the mask hides what is not yet written
-  (keys past the active block's end); the same keys as the growing cache, so the same outputs;
+  (keys past the active block's end); the same keys as the growing cache, so the same outputs up to
+  rounding (attention over a longer, masked span may sum in another order: bf16 can flip a near-tie);
 - a fixed batch: rows that finish leave the batch by moving the remaining rows' keys to the front of the
   buffer; the forward then runs the smallest power-of-two row count that holds them (one graph each, all
   sharing one memory pool), so a nearly finished batch does not pay for the full one;
