@@ -1,7 +1,7 @@
 """The GPU check: every CUDA path of the project run and measured on one GPU, as one Markdown report.
 
     python scripts/gpu_check.py                       # on a GPU: the parts not yet done, within --budget_minutes
-    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, under a minute (what CI runs)
+    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, a few minutes (what CI runs)
     python scripts/gpu_check.py --list                # the parts, their commands and time limits
 
 The parts run in order of value (docs/gpu.md): the test suite on the device, Table 1 training speed
