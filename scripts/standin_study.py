@@ -12,7 +12,7 @@ What it does, each step skipped when its output is already there (so a killed st
    each of --seeds, then --extra objectives with the first seed. Compute-matched: every run gets
    --equivalents MLM-step equivalents (MLM steps, or K = 2 steps counted twice: a K = 2 step runs two
    forward passes) and keeps its EMA weights every --keep_every equivalents (kept/step_N.safetensors).
-   --lanes runs at once, each with one thread on the CPU;
+   --lanes runs at once, each with the machine's cores shared out (one thread per lane on 2 cores);
 3. the evaluations, one `sample.py` call per (kept weights, puzzle set): every kept step with the light
    protocol (fewer puzzles and τs), the last one also with the full protocol; each JSON is kept in --out;
 4. the report: the crossover figure (accuracy at matched NFE against training compute), the difficulty
@@ -115,8 +115,9 @@ def run_all(args: argparse.Namespace) -> None:
     if not os.path.exists(os.path.join(args.data_dir, "test_hard.parquet")):
         raise SystemExit(f"{args.data_dir} holds no test_hard.parquet: not built with --source=standin; "
                          "choose another --data_dir or rebuild it")
-    if args.device == "cpu":
-        os.environ["OMP_NUM_THREADS"] = "1"  # one core per lane (inherited by every command)
+    # the cores shared out among the lanes (inherited by every command): one each on the 2-core CPU; on a
+    # GPU machine it keeps 8 lanes of torch's default 16 threads each from fighting over 16 cores
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))
     todo: queue.Queue = queue.Queue()
     for item in plan(args.seeds, args.extra):
         todo.put(item)
