@@ -1,7 +1,10 @@
 """scripts/standin_study.py and scripts/standin_report.py: the crossover and the ladder against values
-worked out by hand from made-up kept results, and the driver's arguments."""
+worked out by hand from made-up kept results, the driver's arguments, and the committed results, their
+report and the README's numbers in agreement."""
 import json
 import os
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -101,3 +104,66 @@ def test_prebuilt_data_is_never_rebuilt(tmp_path, monkeypatch):
     args = S.parse_args(["--prebuilt", f"--data_dir={tmp_path}/missing", f"--runs={tmp_path}/runs"])
     with pytest.raises(SystemExit, match="--prebuilt: .* holds no stand-in data"):
         S.run_all(args)
+
+
+# -----------------------------------------------------------------------------
+# the kept results, their report and the README agree
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEPT = os.path.join(ROOT, "results", "standin_study")
+
+
+def numbers(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?", text.replace("−", "-").replace(",", ""))]
+
+
+def table_rows(text: str, header_start: str) -> list[list[str]]:
+    """The cells of each row of the first Markdown table whose header starts with header_start."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def report_sections(md: str) -> dict[str, str]:
+    """The report's crossover tables by set title."""
+    parts = re.split(r"\n\*\*(.+?)\*\*: exact match", md)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_the_kept_report_is_what_the_kept_results_give(tmp_path):
+    """results/standin_study/standin_study.md redrawn from the committed JSONs (into a copy): the same text,
+    so a result added without `--report_only` shows. Fails with one kept JSON's accuracy changed (checked)."""
+    out = tmp_path / "standin_study"
+    shutil.copytree(KEPT, out)
+    R.report(str(out), str(tmp_path / "figures"), str(tmp_path / "no_data"))  # puzzles.json stands in for the data
+    assert (out / "standin_study.md").read_text() == open(os.path.join(KEPT, "standin_study.md")).read()
+
+
+def test_readme_shows_the_kept_report():
+    """The README's crossover table and ladder row carry the report's numbers (means over seeds), so the
+    README cannot lag behind a seed added to the study. Fails with one README cell changed (checked)."""
+    md = open(os.path.join(KEPT, "standin_study.md")).read()
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    sections = report_sections(md)
+    report = {}
+    for title in ("Top1465", "test", "test hard cohort"):
+        for cells in table_rows(sections[title], "| compute"):
+            report[(int(cells[0].replace(",", "")), title)] = (numbers(cells[2])[0], numbers(cells[3])[0])
+    shown = table_rows(readme, "| compute (MLM-step equivalents) | Top1465: MLM / Relay")
+    assert len(shown) >= 3
+    for cells in shown:
+        eq = int(cells[0].replace(",", ""))
+        for title, cell in zip(("Top1465", "test", "test hard cohort"), cells[1:]):
+            assert tuple(numbers(cell)) == report[(eq, title)], (eq, title, cell)
+    ladder = {cells[0]: (numbers(cells[5])[0], numbers(cells[6])[0])
+              for cells in table_rows(md, "| band | puzzles") if cells[0].startswith("rating")}
+    header = table_rows(readme, "| rating band (backtracks)")
+    bands = [c for c in readme.split("| rating band (backtracks) |")[1].splitlines()[0].split("|") if c.strip()]
+    diff_row = next(cells for cells in header if cells[0].startswith("Relay − MLM"))
+    for band, cell in zip(bands, diff_row[1:]):
+        assert tuple(numbers(cell)) == ladder[f"rating {band.strip()}"], (band, cell)
