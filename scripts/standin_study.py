@@ -2,7 +2,7 @@
 
     python scripts/standin_study.py                      # all of it, from nothing, resumable (2 cores: ~4 h a pair)
     python scripts/standin_study.py --report_only        # tables and figures from the kept results (--out)
-    python scripts/standin_study.py --lanes=8 --device=cuda   # on a GPU: every run at once
+    python scripts/standin_study.py --lanes=8 --device=cuda --prebuilt   # on a GPU: every run at once (data carried)
     python scripts/standin_study.py --smoke              # toy sizes: checks the pipeline in a few minutes
 
 What it does, each step skipped when its output is already there (so a killed study resumes):
