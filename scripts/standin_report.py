@@ -90,10 +90,15 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 
 def puzzle_se(mlm: list[float], relay: list[float], n: int) -> float:
     """The standard error of mean(Relay - MLM) over seeds that comes from scoring only n puzzles: each
-    accuracy's binomial variance p(1 - p) / n, the two models' treated as independent (an upper bound on
-    the same puzzles, where their successes correlate)."""
+    accuracy's binomial variance, the two models' treated as independent (an upper bound on the same
+    puzzles, where their successes correlate). Agresti-Caffo: one solved and one unsolved puzzle added to
+    each accuracy, p = (a n + 1) / (n + 2) with variance p(1 - p) / (n + 2), so that 0% against 0% on a
+    few puzzles does not claim an error of zero."""
+    def var(acc: float) -> float:
+        p = (acc * n + 1) / (n + 2)
+        return p * (1 - p) / (n + 2)
     pairs = list(zip(mlm, relay))  # seed i of each
-    return math.sqrt(sum(a * (1 - a) / n + b * (1 - b) / n for a, b in pairs)) / len(pairs)
+    return math.sqrt(sum(var(a) + var(b) for a, b in pairs)) / len(pairs)
 
 
 def _fmt(values: list[float]) -> str:

@@ -43,8 +43,9 @@ def test_crossover_reads_accuracy_at_matched_nfe_seed_by_seed(tmp_path):
     assert rows[0]["relay"] == pytest.approx([0.40, 0.20])
     table = R.crossover_table(R.load(str(tmp_path)), {"test": "test"})
     # Relay - MLM seed by seed: +0.10 and -0.15: mean -2.5 points, s.d. 0.25 / sqrt(2) = 17.7
-    # s.e. (puzzles), 100 each: sqrt(.3*.7 + .4*.6 + .35*.65 + .2*.8) / 10 / 2 = 0.0458
-    assert "| 2,000 | 12.0-18.0 | 32.5 ± 3.5 | 30.0 ± 14.1 | -2.5 ± 17.7 | 4.6 | 2 / 2 |" in table
+    # s.e. (puzzles), 100 each, Agresti-Caffo (p -> (100 p + 1) / 102, variance p(1 - p) / 102):
+    # sqrt(31*71 + 41*61 + 36*66 + 21*81) / 102 / sqrt(102) / 2 = 0.0455
+    assert "| 2,000 | 12.0-18.0 | 32.5 ± 3.5 | 30.0 ± 14.1 | -2.5 ± 17.7 | 4.5 | 2 / 2 |" in table
 
 
 def per_puzzle(nfe: list[int], solved: list[int]) -> dict:
@@ -74,8 +75,11 @@ def test_ladder_splits_puzzles_by_rating_and_clues(tmp_path):
     for key, mlm, relay in ((("rating", "0"), 0.3, 0.4), (("rating", "101-200"), 0.1, 0.1), (("clues", "24-26"), 0.2, 0.25)):
         assert rows[key]["mlm"] == pytest.approx([mlm]) and rows[key]["relay"] == pytest.approx([relay]), key
         assert rows[key]["budgets"] == pytest.approx([10, 10 + 10 / 3, 10 + 20 / 3, 20])
-    # rated 0, 10 puzzles: sqrt(.3 * .7 / 10 + .4 * .6 / 10) = 0.2121
-    assert rows["rating", "0"]["se"] == pytest.approx(0.2121, abs=1e-4)
+    # Agresti-Caffo on 10 puzzles: rated 0, 3/10 -> 4/12 and 4/10 -> 5/12,
+    # sqrt(4/12 * 8/12 / 12 + 5/12 * 7/12 / 12) = 0.1969; rated 150, 1/10 each: sqrt(2 * 2/12 * 10/12 / 12) = 0.1521
+    assert rows["rating", "0"]["se"] == pytest.approx(0.1969, abs=1e-4)
+    assert rows["rating", "101-200"]["se"] == pytest.approx(0.1521, abs=1e-4)
+    assert R.puzzle_se([0.0], [0.0], 10) == pytest.approx(0.1128, abs=1e-4)  # sqrt(2 * 1/12 * 11/12 / 12), not 0
 
 
 def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
