@@ -9,9 +9,11 @@ launches them all at once. What a graph needs, and how the forward here provides
 - fixed addresses: the block's ids, positions, attention mask and relay input are static tensors the host
   refills before each replay; the keys and values live in one preallocated buffer per layer, written at
   the block's positions by index (index_copy_ with the static position tensor, no Python int in the graph);
-- fixed shapes: the attention always spans the whole buffer, and the mask hides what is not yet written
-  (keys past the active block's end); the same keys as the growing cache, so the same outputs up to
-  rounding (attention over a longer, masked span may sum in another order: bf16 can flip a near-tie);
+- fixed shapes: the attention spans the buffer up to the next multiple of SPAN_STEP past the active
+  block (one graph per span), and the mask hides what is not yet written (keys past the block's end);
+  the same keys as the growing cache, so the same outputs up to rounding (attention over a longer,
+  masked span may sum in another order: bf16 can flip a near-tie). Spanning the whole buffer from the
+  first block would double the attention of a long generation on average;
 - a fixed batch: rows that finish leave the batch by moving the remaining rows' keys to the front of the
   buffer; the forward then runs the smallest power-of-two row count that holds them (one graph each, all
   sharing one memory pool), so a nearly finished batch does not pay for the full one;
@@ -28,10 +30,12 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from fastdllm.model import FastDLLM, FastDLLMOutput, block_causal_mask
 
+SPAN_STEP = 512  # the attention's span grows in steps of this many positions (a graph per span)
+
 
 class _StaticLayer(CacheLayerMixin):
     """Keys/values (batch, H_kv, capacity, head_dim) at fixed addresses; a forward over b rows writes rows
-    [0, b) at the owner's write positions and attends to the whole capacity."""
+    [0, b) at the owner's write positions and attends to the owner's span."""
 
     def __init__(self, owner: "StaticBlockCache", shape: tuple[int, ...], dtype: torch.dtype, device: torch.device):
         super().__init__()
@@ -48,10 +52,10 @@ class _StaticLayer(CacheLayerMixin):
         keys, values = self.keys[:rows], self.values[:rows]
         keys.index_copy_(2, self.owner.write_pos, key_states)
         values.index_copy_(2, self.owner.write_pos, value_states)
-        return keys, values
+        return keys[:, :, :self.owner.span], values[:, :, :self.owner.span]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.owner.capacity, 0
+        return self.owner.span, 0
 
     def get_seq_length(self) -> int:
         return 0  # never read: every forward here brings its own 4-D mask
@@ -67,7 +71,7 @@ class StaticBlockCache(Cache):
     def __init__(self, config, batch: int, capacity: int, dtype: torch.dtype, device: torch.device):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         shape = (batch, config.num_key_value_heads, capacity, head_dim)
-        self.capacity = capacity
+        self.capacity, self.span = capacity, capacity  # span: the keys the next forward attends to
         self.write_pos = torch.zeros(0, dtype=torch.long, device=device)
         super().__init__(layers=[_StaticLayer(self, shape, dtype, device) for _ in range(config.num_hidden_layers)])
 
@@ -98,12 +102,13 @@ class BlockGraphs:
         self.relay_h = torch.zeros(batch, block_size, cfg.hidden_size, dtype=p.dtype, device=device) if self.relay else None
         self.relay_rows = torch.zeros(batch, dtype=torch.bool, device=device)
         self.batch = batch
-        self.graphs: dict[int, tuple] = {}  # row count -> (graph, its static output)
+        self.graphs: dict[tuple[int, int], tuple] = {}  # (row count, span) -> (graph, its static output)
         self.pool = None
 
     def prefill(self, x: torch.Tensor, end: int) -> torch.Tensor:
         """Positions [0, end) of x (block-causal among themselves) into the cache, without a graph; returns
         the logit of position end-1 (it predicts the next block's first token)."""
+        self.cache.span = self.capacity
         mask = torch.zeros(1, 1, end, self.capacity, dtype=torch.bool, device=x.device)
         mask[..., :end] = block_causal_mask(end, end, self.bs, x.device)
         self.cache.write_pos = self.kv_index[:end]
@@ -123,7 +128,8 @@ class BlockGraphs:
         if relay_h is not None:
             self.relay_h[:b] = relay_h
             self.relay_rows[:b] = relay_rows
-        out = self._run(self._row_count(b))
+        span = min(self.capacity, -(-(b_start + self.bs) // SPAN_STEP) * SPAN_STEP)
+        out = self._run(self._row_count(b), span)
         return FastDLLMOutput(logits=out.logits[:b], hidden=out.hidden[:b])
 
     def keep_rows(self, keep: torch.Tensor) -> None:
@@ -134,28 +140,28 @@ class BlockGraphs:
         """The rows a forward computes: the smallest power of two >= b, at most the starting batch."""
         return min(self.batch, 1 << (b - 1).bit_length())
 
-    def _forward(self, n: int) -> FastDLLMOutput:
-        self.cache.write_pos = self.pos[0]
+    def _forward(self, n: int, span: int) -> FastDLLMOutput:
+        self.cache.write_pos, self.cache.span = self.pos[0], span
         relay = dict(relay_h=self.relay_h[:n], relay_rows=self.relay_rows[:n]) if self.relay else {}
-        return self.model(self.ids[:n], attention_mask=self.kv_mask, position_ids=self.pos,
+        return self.model(self.ids[:n], attention_mask=self.kv_mask[..., :span], position_ids=self.pos,
                           past_key_values=self.cache, n_last=self.bs, **relay)
 
-    def _run(self, n: int) -> FastDLLMOutput:
+    def _run(self, n: int, span: int) -> FastDLLMOutput:
         if not self.capture:
-            return self._forward(n)
-        if n not in self.graphs:
-            # the first call for n runs eagerly on a side stream (kernel selection, workspaces), then the
-            # capture records the same forward, which the replay below runs
+            return self._forward(n, span)
+        if (n, span) not in self.graphs:
+            # the first call runs eagerly on a side stream (kernel selection, workspaces), then the capture
+            # records the same forward, which the replay below runs
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                self._forward(n)
+                self._forward(n, span)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
-                out = self._forward(n)
+                out = self._forward(n, span)
             self.pool = graph.pool()
-            self.graphs[n] = (graph, out)
-        graph, out = self.graphs[n]
+            self.graphs[n, span] = (graph, out)
+        graph, out = self.graphs[n, span]
         graph.replay()
         return out

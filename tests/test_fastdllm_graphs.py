@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import fastdllm.generate as gen
+import fastdllm.graphs
 from fastdllm.generate import generate
 from fastdllm.graphs import BlockGraphs
 from fastdllm.model import make_tiny_fastdllm, make_tiny_tokenizer
@@ -27,6 +28,8 @@ def tiny():
 @pytest.fixture
 def graphs_here(monkeypatch, device):
     monkeypatch.setattr(gen, "GRAPH_DEVICES", ("cuda", "cpu"))
+    # the attention's span grows every two blocks (512 would span these short sequences whole from the start)
+    monkeypatch.setattr(fastdllm.graphs, "SPAN_STEP", 64)
 
 
 # five rows whose prompts end in different sub-blocks of block 0 and in later blocks: rows start decoding in
@@ -92,8 +95,8 @@ def test_the_block_forward_traces_as_one_graph():
     graphs.block(x, 32, torch.randn(4, 32, model.config.hidden_size), torch.tensor([True, False, True, True]))
     torch._dynamo.reset()
     with torch.no_grad():
-        traced = torch.compile(graphs._forward, backend="eager", fullgraph=True)(4)
-    torch.testing.assert_close(traced.logits, graphs._forward(4).logits)
+        traced = torch.compile(graphs._forward, backend="eager", fullgraph=True)(4, 64)
+    torch.testing.assert_close(traced.logits, graphs._forward(4, 64).logits)
 
 
 def test_relay_rows_gate_the_carry_per_row(tiny):
