@@ -27,6 +27,7 @@ class ChatConfig:
     top_p: float = 0.95
     prefix_cache: bool = True
     sub_block_cache: bool = False
+    cuda_graph: bool = False  # CUDA: replay the cached block forward as CUDA graphs (fastdllm/graphs.py)
     seed: int = 0
     device: str = "auto"
     dtype: str = "bfloat16"  # bfloat16 | float32 (the tiny model runs in float32)
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> str:
                        max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold, sub_block_size=cfg.sub_block_size,
                        temperature=cfg.temperature, top_p=cfg.top_p, stop_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
                        prefix_cache=cfg.prefix_cache, sub_block_cache=cfg.sub_block_cache, relay_carry=cfg.relay_carry,
-                       progress=True, decode=cfg.decode)
+                       progress=True, decode=cfg.decode, cuda_graph=cfg.cuda_graph)
     except ValueError as e:
         raise SystemExit(str(e))
     answer = tok.decode(out.tokens[0], skip_special_tokens=True)

@@ -255,3 +255,5 @@ def test_command_line_on_the_tiny_model(capsys):
     assert answer in printed and "NFE" in printed
     with pytest.raises(SystemExit, match="does not exist"):
         fastdllm.chat.main(["--model=/nonexistent/checkpoint"])
+    with pytest.raises(SystemExit, match="cuda_graph=True needs the model on a CUDA device"):  # passed on, refused
+        fastdllm.chat.main(["--model=tiny", "--max_new_tokens=32", "--cuda_graph=True", "--device=cpu"])
