@@ -111,7 +111,7 @@ def test_relay_rows_gate_the_carry_per_row(tiny):
     torch.testing.assert_close(gated[1], model.embed(ids[1:], h[1:])[0], atol=0, rtol=0)
 
 
-def test_cuda_graph_needs_cuda_and_the_prefix_cache(tiny):
+def test_cuda_graph_off_cuda_is_a_one_line_error(tiny):
     model, text = tiny
     model.cpu()
     with pytest.raises(ValueError, match="needs the model on a CUDA device"):
