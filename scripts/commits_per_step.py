@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         taus = [float(t) for t in args.taus.split(",")]
     except ValueError:
         raise SystemExit(f"--taus must be comma-separated numbers, got {args.taus!r}") from None
+    if not all(0 <= t < float("inf") for t in taus):  # NaN fails too; decode_puzzles would raise a traceback
+        raise SystemExit(f"--taus must be finite thresholds >= 0, got {args.taus!r}")
     if args.n < 0 or args.steps < 1:
         raise SystemExit("--n must be >= 0 and --steps >= 1")
     puzzles = load_puzzles(args.data, args.data_dir)

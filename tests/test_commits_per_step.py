@@ -36,7 +36,8 @@ def test_cells_committed_by_a_model_of_known_confidence(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("arg, message", [("--clues=45", "--clues must look like 31-45"),
-                                          ("--clues=50-40", "within 0-81"), ("--taus=a", "--taus must be")])
+                                          ("--clues=50-40", "within 0-81"), ("--taus=a", "--taus must be"),
+                                          ("--taus=0.1,-1", "finite thresholds >= 0"), ("--taus=nan", ">= 0")])
 def test_bad_arguments_are_one_line(tmp_path, arg, message):
     with pytest.raises(SystemExit, match=message):
         C.main(["--ckpt=x", arg])
