@@ -134,9 +134,9 @@ def generate(model, prompts: list[list[int]], max_new_tokens: int = 2048, thresh
     if isinstance(stop_id, (list, tuple)):
         stop_id = stop_id[0]
     _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
-                prefix_cache, sub_block_cache, relay_carry, cfg.mask_token_id, decode)
+                prefix_cache, sub_block_cache, relay_carry, cfg.mask_token_id, decode, cuda_graph)
     _check_generator(model, generator)
-    _check_cuda_graph(model, cuda_graph, prefix_cache, sub_block_cache)
+    _check_cuda_graph_device(model, cuda_graph)
     opt = _Settings(bs, sub_block_size, threshold, temperature, top_p, cfg.mask_token_id, stop_id,
                     sub_block_cache, relay_carry, generator, trace, batch_invariant=decode == "batch_invariant",
                     cuda_graph=cuda_graph)
@@ -465,19 +465,15 @@ def _check_generator(model, generator: torch.Generator | None) -> None:
 GRAPH_DEVICES = ("cuda",)  # where cuda_graph=True runs; the CPU tests add "cpu" (the same forward, not captured)
 
 
-def _check_cuda_graph(model, cuda_graph: bool, prefix_cache: bool, sub_block_cache: bool) -> None:
-    if not cuda_graph:
-        return
+def _check_cuda_graph_device(model, cuda_graph: bool) -> None:
     device = next(model.parameters()).device
-    if device.type not in GRAPH_DEVICES:
+    if cuda_graph and device.type not in GRAPH_DEVICES:
         raise ValueError(f"cuda_graph=True needs the model on a CUDA device, it is on {device}")
-    if not prefix_cache or sub_block_cache:
-        raise ValueError("cuda_graph=True needs prefix_cache=True and sub_block_cache=False (the graphed forward is "
-                         "one whole block against the prefix cache)")
 
 
 def check_settings(max_new_tokens: int, threshold: float, block_size: int, sub_block_size: int, temperature: float,
-                   top_p: float, prefix_cache: bool, sub_block_cache: bool, relay_carry: bool, decode: str) -> None:
+                   top_p: float, prefix_cache: bool, sub_block_cache: bool, relay_carry: bool, decode: str,
+                   cuda_graph: bool = False) -> None:
     """The decoding settings alone (no model, no prompts): ValueError with one line. eval_code.py runs this
     before it loads a model; generate() runs it again with the checks that need the model and prompts."""
     bs = block_size
@@ -491,6 +487,9 @@ def check_settings(max_new_tokens: int, threshold: float, block_size: int, sub_b
         raise ValueError(f"threshold must be in (0, 1] (1.0 commits exactly one token per forward), got {threshold}")
     if not (0 <= temperature < float("inf") and 0 < top_p <= 1):
         raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature} and {top_p}")
+    if cuda_graph and (not prefix_cache or sub_block_cache):
+        raise ValueError("cuda_graph=True needs prefix_cache=True and sub_block_cache=False (the graphed forward is "
+                         "one whole block against the prefix cache)")
     if sub_block_cache and not prefix_cache:
         raise ValueError("sub_block_cache=True needs prefix_cache=True (the block's keys live in the prefix cache)")
     if decode == "authors" and max_new_tokens < bs:
@@ -502,9 +501,9 @@ def check_settings(max_new_tokens: int, threshold: float, block_size: int, sub_b
 
 
 def _check_args(model, prompts, max_new_tokens, threshold, bs, sub_block_size, temperature, top_p,
-                prefix_cache, sub_block_cache, relay_carry, mask_id, decode) -> None:
+                prefix_cache, sub_block_cache, relay_carry, mask_id, decode, cuda_graph) -> None:
     check_settings(max_new_tokens, threshold, bs, sub_block_size, temperature, top_p, prefix_cache, sub_block_cache,
-                   relay_carry, decode)
+                   relay_carry, decode, cuda_graph)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
     if any(mask_id in p for p in prompts):

@@ -405,7 +405,7 @@ def _bad_inputs(tmp_path, plus: str):
         (["--canonical=True", f"--out_dir={d}/old_run"], "without plan.json"),
         ([f"--model={d}/empty_model", "--limit=1"], "config.json"),
         (["--cuda_graph=True", "--device=cpu"], "needs a CUDA device"),
-        (["--cuda_graph=True", "--sub_block_cache=True"], "needs --prefix_cache=True"),
+        (["--cuda_graph=True", "--sub_block_cache=True"], "needs prefix_cache=True and sub_block_cache=False"),
     ] + ([(["--canonical=True", f"--data_path={plus}", f"--gt_cache_dir={d}/a_file"], "is a file")] if plus else [])
 
 
