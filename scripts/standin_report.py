@@ -89,16 +89,18 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def puzzle_se(mlm: list[float], relay: list[float], n: int) -> float:
-    """The standard error of mean(Relay - MLM) over seeds that comes from scoring only n puzzles: each
-    accuracy's binomial variance, the two models' treated as independent (an upper bound on the same
+    """The standard error of mean(Relay - MLM) over seeds that comes from scoring only n puzzles. Per seed,
+    each accuracy's binomial variance, the two models' treated as independent (an upper bound on the same
     puzzles, where their successes correlate). Agresti-Caffo: one solved and one unsolved puzzle added to
     each accuracy, p = (a n + 1) / (n + 2) with variance p(1 - p) / (n + 2), so that 0% against 0% on a
-    few puzzles does not claim an error of zero."""
+    few puzzles does not claim an error of zero. Over seeds, the mean of their standard errors: every seed
+    is scored on the same puzzles, so the puzzles' error does not average out over seeds (dividing by
+    sqrt(seeds) would assume it did); the mean is its upper bound whatever the seeds' correlation."""
     def var(acc: float) -> float:
         p = (acc * n + 1) / (n + 2)
         return p * (1 - p) / (n + 2)
     pairs = list(zip(mlm, relay))  # seed i of each
-    return math.sqrt(sum(var(a) + var(b) for a, b in pairs)) / len(pairs)
+    return sum(math.sqrt(var(a) + var(b)) for a, b in pairs) / len(pairs)
 
 
 def _fmt(values: list[float]) -> str:

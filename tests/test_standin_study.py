@@ -44,8 +44,8 @@ def test_crossover_reads_accuracy_at_matched_nfe_seed_by_seed(tmp_path):
     table = R.crossover_table(R.load(str(tmp_path)), {"test": "test"})
     # Relay - MLM seed by seed: +0.10 and -0.15: mean -2.5 points, s.d. 0.25 / sqrt(2) = 17.7
     # s.e. (puzzles), 100 each, Agresti-Caffo (p -> (100 p + 1) / 102, variance p(1 - p) / 102):
-    # sqrt(31*71 + 41*61 + 36*66 + 21*81) / 102 / sqrt(102) / 2 = 0.0455
-    assert "| 2,000 | 12.0-18.0 | 32.5 ± 3.5 | 30.0 ± 14.1 | -2.5 ± 17.7 | 4.5 | 2 / 2 |" in table
+    # seed by seed sqrt(31*71 + 41*61) / 102 / sqrt(102) = 0.0666 and sqrt(36*66 + 21*81) / ... = 0.0620, mean 0.0643
+    assert "| 2,000 | 12.0-18.0 | 32.5 ± 3.5 | 30.0 ± 14.1 | -2.5 ± 17.7 | 6.4 | 2 / 2 |" in table
 
 
 def per_puzzle(nfe: list[int], solved: list[int]) -> dict:
@@ -80,6 +80,9 @@ def test_ladder_splits_puzzles_by_rating_and_clues(tmp_path):
     assert rows["rating", "0"]["se"] == pytest.approx(0.1969, abs=1e-4)
     assert rows["rating", "101-200"]["se"] == pytest.approx(0.1521, abs=1e-4)
     assert R.puzzle_se([0.0], [0.0], 10) == pytest.approx(0.1128, abs=1e-4)  # sqrt(2 * 1/12 * 11/12 / 12), not 0
+    # two seeds on the same 10 puzzles: the mean of their s.e., (0.1969 + 0.1521) / 2 (9/10 -> 10/12 is 1/10's
+    # mirror), not sqrt(0.1969^2 + 0.1521^2) / 2 = 0.1244 as if each seed had scored other puzzles
+    assert R.puzzle_se([0.3, 0.9], [0.4, 0.9], 10) == pytest.approx(0.1745, abs=1e-4)
 
 
 def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
