@@ -85,6 +85,19 @@ def test_ladder_splits_puzzles_by_rating_and_clues(tmp_path):
     assert R.puzzle_se([0.3, 0.9], [0.4, 0.9], 10) == pytest.approx(0.1745, abs=1e-4)
 
 
+def test_the_ladder_stays_where_most_seed_pairs_are(tmp_path):
+    """Seeds 1-2 at 12,000, seed 1 extended to 24,000, Relay seed 2 at 24,000 without its MLM: the ladder
+    stays at 12,000 (two pairs, not one); once MLM seed 2 reaches 24,000 it moves there. Fails with the
+    largest compute taken regardless of seeds (checked)."""
+    sweep = points((10, 0.2), (20, 0.4))
+    for run, eq in (("mlm_s1", 12000), ("relay_s1", 12000), ("mlm_s2", 12000), ("relay_s2", 12000),
+                    ("mlm_s1", 24000), ("relay_s1", 24000), ("relay_s2", 24000), ("mlm_s3", 30000)):
+        write_result(tmp_path, run, "test", "full", eq, sweep)
+    assert R.final_point(R.load(str(tmp_path))) == 12000
+    write_result(tmp_path, "mlm_s2", "test", "full", 24000, sweep)
+    assert R.final_point(R.load(str(tmp_path))) == 24000
+
+
 def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
     args = S.parse_args(["--equivalents=12000", "--keep_every=2000", "--eval_every=1000"])
     assert "--max_iters=12000" in S.train_args("mlm", args) and "--keep_interval=2000" in S.train_args("mlm", args)
