@@ -338,6 +338,30 @@ def test_a_weights_file_without_a_digest_loads_with_a_warning(tmp_path, capsys):
     assert all(torch.equal(load_file(src)[k], v) for k, v in model.state_dict().items())
 
 
+def test_an_export_names_no_machine_directory(tmp_path):
+    """A run trained with absolute paths inside the repository exports them relative to it (what the
+    committed reference models carry); a path outside it and a relative one stay as they were. Fails with
+    the config exported as the run recorded it (checked)."""
+    from safetensors import safe_open
+    from scripts import export_reference
+    model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0))
+    config = {"objective": "mlm", "out_dir": os.path.join(ROOT, "runs", "x"), "data_dir": str(tmp_path / "data"),
+              "init_from": "runs/parent", "seed": 0}
+    common.save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config),
+                            "ema": {"shadow": dict(model.named_parameters())}, "step": 3, "config": config},
+                           str(tmp_path / "ckpt.pt"))
+    for src, out in ((tmp_path / "ckpt.pt", tmp_path / "a.safetensors"), (tmp_path / "a.safetensors", tmp_path / "b.safetensors")):
+        export_reference.main([f"--ckpt={src}", f"--out={out}"])
+        with safe_open(str(out), "pt") as f:
+            exported = json.loads(f.metadata()["config"])
+        assert exported == {**config, "out_dir": "runs/x"}, src
+    old = {**config, "out_dir": os.path.join(ROOT, "runs", "x")}  # an older export, absolute paths: rewritten too
+    common.save_weights(model, str(tmp_path / "old.safetensors"), {"config": json.dumps(old), "weights": "ema"})
+    export_reference.main([f"--ckpt={tmp_path / 'old.safetensors'}", f"--out={tmp_path / 'c.safetensors'}"])
+    with safe_open(str(tmp_path / "c.safetensors"), "pt") as f:
+        assert json.loads(f.metadata()["config"])["out_dir"] == "runs/x"
+
+
 # ----------------------------------------------------------------------------- sample.py --results provenance
 
 def tiny_checkpoint(path) -> str:
