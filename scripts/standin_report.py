@@ -124,7 +124,8 @@ def crossover(found: dict, set_slug: str, metric: str = "exact_match") -> list[d
             continue
         curves = {o: [curve(r, metric) for _, r in sorted(v.items())] for o, v in sweeps.items()}
         budgets = sudoku.frontier.even_budgets(curves["mlm"] + curves["relay"], MATCHED_BUDGETS)
-        row = {"equivalents": eq, "budgets": budgets, "n": min(p.n for c in curves["mlm"] for p in c)}
+        row = {"equivalents": eq, "budgets": budgets, "n": min(p.n for c in curves["mlm"] for p in c),
+               "seeds": {o: sorted(v) for o, v in sweeps.items()}}
         for o, cs in curves.items():
             row[o] = matched_mean(cs, budgets) if budgets else []
         rows.append(row)
@@ -144,7 +145,7 @@ def crossover_table(found: dict, set_names: dict[str, str]) -> str:
             if not r["budgets"]:
                 lines.append(f"| {r['equivalents']:,} | no NFE range both cover | | | | | |")
                 continue
-            paired = len(r["mlm"]) == len(r["relay"])
+            paired = r["seeds"]["mlm"] == r["seeds"]["relay"]  # else no difference seed by seed (mid-evaluation)
             diff = [b - a for a, b in zip(r["mlm"], r["relay"])]  # seed i of Relay against seed i of MLM
             se = f"{100 * puzzle_se(r['mlm'], r['relay'], r['n']):.1f}" if paired else "n/a"
             lines.append(f"| {r['equivalents']:,} | {r['budgets'][0]:.1f}-{r['budgets'][-1]:.1f} | {_fmt(r['mlm'])} | "

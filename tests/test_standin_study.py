@@ -48,6 +48,16 @@ def test_crossover_reads_accuracy_at_matched_nfe_seed_by_seed(tmp_path):
     assert "| 2,000 | 12.0-18.0 | 32.5 ± 3.5 | 30.0 ± 14.1 | -2.5 ± 17.7 | 6.4 | 2 / 2 |" in table
 
 
+def test_crossover_pairs_seeds_by_number_not_by_count(tmp_path):
+    """MLM seeds 1-2 and Relay seeds 1 and 3 (seed 2 of Relay not yet evaluated, seed 3's already): two
+    each, but seed 2 of MLM has no partner, so no difference and no s.e. are claimed. Fails with the
+    seeds paired by their count (checked)."""
+    for run in ("mlm_s1", "mlm_s2", "relay_s1", "relay_s3"):
+        write_result(tmp_path, run, "test", "light", 2000, points((10, 0.2), (20, 0.4)))
+    table = R.crossover_table(R.load(str(tmp_path)), {"test": "test"})
+    assert "| 2,000 | 10.0-20.0 | 30.0 ± 0.0 | 30.0 ± 0.0 | n/a | n/a | 2 / 2 |" in table
+
+
 def per_puzzle(nfe: list[int], solved: list[int]) -> dict:
     return {"batch1_nfe": nfe, "solved": "".join(map(str, solved)), "blank_right": [float(s) for s in solved]}
 
