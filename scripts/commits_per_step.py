@@ -7,7 +7,8 @@ For each checkpoint and τ: the puzzles' mean NFE (each puzzle decoded alone: it
 exact match, and the mean number of cells committed by forward 1, 2, ..., --steps, over all selected
 puzzles (a puzzle already finished counts 0, so a row sums to the mean number of blank cells when
 --steps covers the slowest puzzle). Relay's first forward has no carried state (h_0 = 0, paper Eq. 2);
-the later ones do.
+the later ones do. With answers and several checkpoints it then prints their exact match at matched NFE
+(Sec. 4.1): five budgets spread over the NFE range every τ sweep covers, interpolated along each sweep.
 """
 import argparse
 import os
@@ -18,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sample import load_checkpoints  # noqa: E402
+import sudoku.frontier  # noqa: E402
 from sudoku.board import MASK  # noqa: E402
 from sudoku.decode import decode_puzzles  # noqa: E402
 from sudoku.puzzle_files import load_puzzles  # noqa: E402
@@ -30,6 +32,21 @@ def commits_per_forward(commits: list[torch.Tensor], steps: int) -> list[float]:
         made = c.sum(1)[:steps].cpu().numpy()
         counts[i, :len(made)] = made
     return counts.mean(0).tolist()
+
+
+def matched_nfe_table(rows: list[dict], n: int) -> str:
+    """Each checkpoint's τ sweep as a frontier curve, compared at five budgets all of them cover."""
+    paths = list(dict.fromkeys(r["ckpt"] for r in rows))
+    short = {p: os.path.basename(p) for p in paths}
+    if len(set(short.values())) < len(paths):  # two files of one name in different runs
+        short = {p: p for p in paths}
+    curves: dict[str, list[sudoku.frontier.Point]] = {}
+    for r in rows:
+        curves.setdefault(short[r["ckpt"]], []).append(sudoku.frontier.Point(nfe=r["nfe"], acc=r["exact"], n=n))
+    budgets = sudoku.frontier.even_budgets(list(curves.values()), 5)
+    if not budgets:
+        return "no NFE range that every τ sweep covers: widen --taus"
+    return sudoku.frontier.compare(curves, budgets)
 
 
 def clue_range(text: str) -> tuple[int, int]:
@@ -82,6 +99,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             r = rows[-1]
             print(f"{os.path.basename(path):<28} τ {tau:<5g} NFE {r['nfe']:5.2f}  exact {100 * exact:5.1f}%  "
                   + " ".join(f"{c:5.1f}" for c in r["commits"]))
+    if answers is not None and len({r["ckpt"] for r in rows}) > 1:
+        print(f"\nexact match at matched NFE per puzzle (± binomial s.e., {len(questions)} puzzles):")
+        print(matched_nfe_table(rows, len(questions)))
     return rows
 
 

@@ -18,6 +18,23 @@ def test_a_finished_puzzle_counts_zero():
     assert C.commits_per_forward([a, b], 4) == pytest.approx([2.0, 1.5, 0.5, 0.0])
 
 
+def test_matched_nfe_compares_the_sweeps_where_both_reach():
+    """MLM at NFE 2 and 4 solves 50% and 90%, Relay at 3 and 4 solves 20% and 80%: budgets 3, 3.25, 3.5,
+    3.75, 4; at 3 MLM 70% (halfway along its sweep) against Relay's 20%, at 4 90% against 80%. Fails with
+    the two checkpoints' τs mixed into one curve, or with two runs' files of one name merged (checked)."""
+    rows = [dict(ckpt="runs/a/mlm.safetensors", nfe=4.0, exact=0.9), dict(ckpt="runs/a/mlm.safetensors", nfe=2.0, exact=0.5),
+            dict(ckpt="runs/b/relay.safetensors", nfe=3.0, exact=0.2), dict(ckpt="runs/b/relay.safetensors", nfe=4.0, exact=0.8)]
+    table = C.matched_nfe_table(rows, 100).splitlines()
+    assert table[0] == "| model | NFE 3.0 | NFE 3.2 | NFE 3.5 | NFE 3.8 | NFE 4.0 |"
+    assert table[2].startswith("| mlm.safetensors | 70.0% ± 4.6 |") and table[3].startswith("| relay.safetensors | 20.0% ±")
+    cells = table[4].split("|")
+    assert cells[1].strip() == "relay.safetensors − mlm.safetensors"
+    assert cells[2].strip().startswith("-50.0") and cells[6].strip().startswith("-10.0")
+    same_name = [dict(r, ckpt="runs/a/relay.safetensors") for r in rows[:2]] + rows[2:]
+    assert "runs/a/relay.safetensors" in C.matched_nfe_table(same_name, 100)  # two runs' relay.safetensors: full paths
+    assert "widen --taus" in C.matched_nfe_table(rows[:1] + [dict(ckpt="x", nfe=9.0, exact=1.0)], 100)
+
+
 def test_cells_committed_by_a_model_of_known_confidence(tmp_path, capsys):
     """Every cell at confidence 0.9: u = 0.1 per cell, and at τ = 0.25 the rule commits the cells whose
     cumulative u stays below τ, two per forward. Blanks 5 and 3 (76 and 78 clues): forwards commit 2, 2, 1
