@@ -1,7 +1,7 @@
 """Export a Sudoku run's EMA weights as a small safetensors file (the quick start's reference models).
 
     python scripts/export_reference.py --ckpt=runs/budget_clean/relay_cold_s1 --out=reference/relay.safetensors
-    python scripts/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # an older export with a digest, portable paths
+    python scripts/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # an older export: digest, portable paths
 
 Writes only what decoding needs: the EMA weights (fp32, what the run's own validation used), the
 model config, the run's config (its paths under this repository made relative to it, so a committed

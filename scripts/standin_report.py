@@ -185,15 +185,18 @@ def plot_crossover(found: dict, set_names: dict[str, str], path: str) -> None:
 # -----------------------------------------------------------------------------
 # the ladder: Relay - MLM at matched NFE per difficulty band, final checkpoints
 
+def paired_seeds(found: dict, set_slug: str, eq: int) -> list[int]:
+    """The seeds whose MLM and Relay both have full results on the set at compute eq."""
+    return sorted(s for o, s, sl, protocol, e in found if o == "mlm" and sl == set_slug and protocol == "full"
+                  and e == eq and ("relay", s, sl, "full", e) in found)
+
+
 def final_point(found: dict) -> int | None:
     """The compute of the ladder and Table 1's columns: where the most seed pairs (MLM and Relay of one seed)
     have full results on the test split, the largest such. A run extended past the study's budget alone
     (e.g. seed 1 to 24,000) shows in the crossover and does not take the ladder from the other seeds."""
-    pairs: dict[int, set] = {}
-    for o, seed, set_slug, protocol, eq in found:
-        if o == "mlm" and set_slug == "test" and protocol == "full" and ("relay", seed, "test", "full", eq) in found:
-            pairs.setdefault(eq, set()).add(seed)
-    return max(pairs, key=lambda eq: (len(pairs[eq]), eq)) if pairs else None
+    paired = {eq: len(paired_seeds(found, "test", eq)) for eq in {k[4] for k in found}}
+    return max((n, eq) for eq, n in paired.items() if n)[1] if any(paired.values()) else None
 
 
 def bands(values: np.ndarray, edges: tuple) -> list[tuple[str, np.ndarray]]:
@@ -207,8 +210,7 @@ def bands(values: np.ndarray, edges: tuple) -> list[tuple[str, np.ndarray]]:
 def ladder(found: dict, info: dict, eq: int, set_slug: str = "test") -> list[dict]:
     """Per rating band and clue band of the set's scored puzzles: each objective's accuracy at matched NFE
     (per seed) and Relay - MLM seed by seed, over the seeds both objectives have results for."""
-    seeds = sorted(set.intersection(*({k[1] for k in found if k[0] == o and k[2] == set_slug and k[3] == "full"
-                                       and k[4] == eq} for o in ("mlm", "relay"))))
+    seeds = paired_seeds(found, set_slug, eq)
     sweeps = {o: [found[o, s, set_slug, "full", eq] for s in seeds] for o in ("mlm", "relay")}
     rows = []
     for kind, key, edges in (("rating", "rating", RATING_BANDS), ("clues", "clues", CLUE_BANDS)):
