@@ -250,12 +250,16 @@ def plot_ladder(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), squeeze=False)
     for ax, kind, xlabel in zip(axes[0], ("rating", "clues"), ("rating band (solver backtracks)", "clue band")):
-        sel = [r for r in rows if r["kind"] == kind and r["budgets"]]
-        diffs = [[100 * (b - a) for a, b in zip(r["mlm"], r["relay"])] for r in sel]
+        sel = [r for r in rows if r["kind"] == kind]
+        for i, r in enumerate(sel):
+            if not r["budgets"]:  # a band the sweeps give no common NFE: say so rather than drop its slot
+                ax.text(i, 0, "no NFE range\nall runs cover", ha="center", va="bottom", fontsize=7)
+                continue
+            diff = [100 * (b - a) for a, b in zip(r["mlm"], r["relay"])]
+            ax.bar(i, np.mean(diff), yerr=100 * r["se"], capsize=3, color="C3", alpha=0.6)
+            ax.plot([i] * len(diff), diff, "k.", markersize=5)
         x = np.arange(len(sel))
-        ax.bar(x, [np.mean(d) for d in diffs], yerr=[100 * r["se"] for r in sel], capsize=3, color="C3", alpha=0.6)
-        for i, d in enumerate(diffs):
-            ax.plot([i] * len(d), d, "k.", markersize=5)
+        ax.set_xlim(-0.6, len(sel) - 0.4)
         ax.axhline(0, color="k", linewidth=0.8)
         ax.set_xticks(x, [f"{r['band']}\n(n={r['n']})" for r in sel], fontsize=8)
         ax.set(xlabel=xlabel, ylabel="Relay − MLM (points)")
