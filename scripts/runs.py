@@ -115,6 +115,27 @@ def is_extension(changes: dict[str, tuple[str | None, str | None]], finished: bo
     return bool(changes) and all(k in BUDGET_KEYS and grew(*v) for k, v in changes.items())
 
 
+def train_command(objective: str, out_dir: str, seed: int, args: list[str]) -> list[str]:
+    return [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
+
+
+def finished_past(objective: str, out_dir: str, seed: int, args: list[str]) -> bool:
+    """out_dir holds a finished run of this command with a larger --max_iters and nothing else changed.
+    The learning rate is warm-up then constant and the data stream does not depend on --max_iters, so
+    that run passed through this budget's weights: a study at the smaller budget reads its kept steps
+    (e.g. after one seed was extended) instead of stopping at the differing budget."""
+    previous = read_marker(os.path.join(os.path.abspath(out_dir), "DONE.json"))
+    if previous is None:
+        return False
+    changes = changed_args(previous, train_command(objective, out_dir, seed, args)[1:])
+    if set(changes) != {"--max_iters"}:
+        return False
+    try:
+        return int(changes["--max_iters"][0]) > int(changes["--max_iters"][1])
+    except (TypeError, ValueError):
+        return False
+
+
 def train(objective: str, out_dir: str, seed: int, args: list[str], replace: bool = False, echo: bool = True) -> str:
     """Train one run into out_dir; returns out_dir. Never deletes a run unless replace=True:
     - a run finished with the same command is skipped;
@@ -123,7 +144,7 @@ def train(objective: str, out_dir: str, seed: int, args: list[str], replace: boo
       by any budget, is resumed to it;
     - any other run there (another command's, or one this driver did not start) stops the driver with one
       line naming the differing arguments; replace=True deletes it and trains afresh."""
-    cmd = [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
+    cmd = train_command(objective, out_dir, seed, args)
     full = os.path.abspath(out_dir)
     done, started = os.path.join(full, "DONE.json"), os.path.join(full, "STARTED.json")
     has_ckpt = os.path.exists(os.path.join(full, "ckpt.pt"))
