@@ -119,15 +119,10 @@ def train_command(objective: str, out_dir: str, seed: int, args: list[str]) -> l
     return [sys.executable, "train_sudoku.py", f"config/cpu_{objective}.py", f"--seed={seed}", f"--out_dir={out_dir}", *args]
 
 
-def finished_past(objective: str, out_dir: str, seed: int, args: list[str]) -> bool:
-    """out_dir holds a finished run of this command with a larger --max_iters and nothing else changed.
-    The learning rate is warm-up then constant and the data stream does not depend on --max_iters, so
-    that run passed through this budget's weights: a study at the smaller budget reads its kept steps
-    (e.g. after one seed was extended) instead of stopping at the differing budget."""
-    previous = read_marker(os.path.join(os.path.abspath(out_dir), "DONE.json"))
-    if previous is None:
-        return False
-    changes = changed_args(previous, train_command(objective, out_dir, seed, args)[1:])
+def trained_longer(changes: dict[str, tuple[str | None, str | None]]) -> bool:
+    """Only --max_iters changed, and the finished run's was larger. The learning rate is warm-up then
+    constant and the data stream does not depend on --max_iters, so that run passed through this
+    budget's weights: a driver that reads kept steps by number can use them."""
     if set(changes) != {"--max_iters"}:
         return False
     try:
@@ -136,9 +131,12 @@ def finished_past(objective: str, out_dir: str, seed: int, args: list[str]) -> b
         return False
 
 
-def train(objective: str, out_dir: str, seed: int, args: list[str], replace: bool = False, echo: bool = True) -> str:
+def train(objective: str, out_dir: str, seed: int, args: list[str], replace: bool = False, echo: bool = True,
+          longer_ok: bool = False) -> str:
     """Train one run into out_dir; returns out_dir. Never deletes a run unless replace=True:
-    - a run finished with the same command is skipped;
+    - a run finished with the same command is skipped; with longer_ok, so is one finished with a larger
+      --max_iters and nothing else changed (a driver reading its kept steps by number, after one run
+      was extended);
     - one interrupted (killed, out of session time) resumes from its last checkpoint;
     - one whose command differs only by a larger budget (--max_minutes / --max_iters), or an unfinished one
       by any budget, is resumed to it;
@@ -153,6 +151,10 @@ def train(objective: str, out_dir: str, seed: int, args: list[str], replace: boo
     changes = changed_args(previous, cmd[1:]) if previous is not None else {}
     if previous is not None and not changes and os.path.exists(done):
         print(f"{out_dir}: already trained with the same command, skipped")
+        return out_dir
+    if longer_ok and os.path.exists(done) and trained_longer(changes):
+        old, new = changes["--max_iters"]
+        print(f"{out_dir}: already trained past this budget (--max_iters {old} > {new}), skipped: its kept steps are read")
         return out_dir
     conflict = (previous is None and holds_run) or (bool(changes) and not is_extension(changes, os.path.exists(done)))
     if conflict and not replace:

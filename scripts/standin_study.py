@@ -91,14 +91,11 @@ def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: l
         run_dir = os.path.join(args.runs, name)
         say = lambda text: print(f"[lane {number}] {time.strftime('%H:%M')} {name}: {text}", flush=True)  # noqa: E731
         try:
-            if runs.finished_past(objective, run_dir, seed, train_args(objective, args)):
-                say(f"trained past {args.equivalents} MLM-step equivalents already (extended); its kept weights "
-                    "are evaluated")
-            else:
-                say(f"training to {args.equivalents} MLM-step equivalents (log: {run_dir}/train.log)")
-                t0 = time.time()
-                runs.train(objective, run_dir, seed, train_args(objective, args), echo=False)
-                say(f"trained ({(time.time() - t0) / 3600:.2f} h this time); evaluating (log: {run_dir}/eval.log)")
+            say(f"training to {args.equivalents} MLM-step equivalents (log: {run_dir}/train.log)")
+            t0 = time.time()
+            # longer_ok: a run extended past this budget (e.g. seed 1 to 24,000) is read, not stopped on
+            runs.train(objective, run_dir, seed, train_args(objective, args), echo=False, longer_ok=True)
+            say(f"trained ({(time.time() - t0) / 3600:.2f} h this time); evaluating (log: {run_dir}/eval.log)")
             steps = kept_steps(run_dir)
             last = args.equivalents // FORWARDS[objective]
             for step in steps:

@@ -120,36 +120,40 @@ def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
 
 def test_a_seed_extended_past_the_budget_is_evaluated_not_retrained(tmp_path, monkeypatch):
     """After `--equivalents=24000 --seeds=1` extended seed 1, the default 12,000 study must read that run's
-    kept weights and go on to the other runs; it used to stop on the differing --max_iters. A finished run
-    with a smaller budget is still extended, and one differing in anything else still goes to runs.train
-    (which refuses it). Fails with finished_past always False (checked)."""
+    kept weights and go on to the other runs; it used to stop on the differing --max_iters. Through the
+    real runs.train (train_sudoku.py stubbed): a finished run with a smaller budget is still extended, an
+    unfinished longer one resumed, and one differing in anything else still stops the lane in one line. Fails without longer_ok (checked)."""
     import queue
-    trained, evaluated = [], []
-    monkeypatch.setattr(S.runs, "train", lambda objective, run_dir, *a, **k: trained.append(os.path.basename(run_dir)))
+    trained, evaluated, failures = [], [], []
+    monkeypatch.setattr(S.runs, "sh", lambda cmd, log=None, echo=True: trained.append(os.path.basename(os.path.dirname(log))))
     monkeypatch.setattr(S, "evaluate", lambda run_dir, objective, step, protocol, args:
                         evaluated.append((os.path.basename(run_dir), step, protocol)))
     args = S.parse_args([f"--runs={tmp_path}", "--equivalents=12000"])
 
-    def finished(name: str, objective: str, cmd_args: list[str]) -> None:
+    def finished(name: str, objective: str, cmd_args: list[str], seed: int = 1, marker: str = "DONE.json") -> None:
         run_dir = os.path.join(str(tmp_path), name)
         os.makedirs(os.path.join(run_dir, "kept"))
         for step in (3000, 6000, 12000):
             open(os.path.join(run_dir, "kept", f"step_{step}.safetensors"), "w").close()
-        cmd = S.runs.train_command(objective, run_dir, 1, cmd_args)[1:]
-        S.runs.write_marker(os.path.join(run_dir, "DONE.json"), {"cmd": cmd})
+        cmd = S.runs.train_command(objective, run_dir, seed, cmd_args)[1:]
+        S.runs.write_marker(os.path.join(run_dir, marker), {"cmd": cmd})
 
     relay = S.train_args("relay", args)
     finished("relay_s1", "relay", [a.replace("--max_iters=6000", "--max_iters=12000") for a in relay])
     finished("mlm_s1", "mlm", [a.replace("--max_iters=12000", "--max_iters=6000") for a in S.train_args("mlm", args)])
     finished("relay_s2", "relay", [a.replace("--max_iters=6000", "--max_iters=12000") for a in relay]
-             + ["--learning_rate=3e-4"])
+             + ["--learning_rate=3e-4"], seed=2)
+    # killed on its way to 12,000 steps: not past this budget yet, so it is resumed (to it), not read
+    finished("relay_s3", "relay", [a.replace("--max_iters=6000", "--max_iters=12000") for a in relay], seed=3,
+             marker="STARTED.json")
     todo = queue.Queue()
-    for item in [("relay", 1), ("mlm", 1), ("relay", 2)]:
+    for item in [("relay", 1), ("mlm", 1), ("relay", 3), ("relay", 2)]:
         todo.put(item)
-    S.lane(1, todo, args, [])
-    assert trained == ["mlm_s1", "relay_s2"]
+    S.lane(1, todo, args, failures)
+    assert trained == ["mlm_s1", "relay_s3"]
     assert [e for e in evaluated if e[0] == "relay_s1"] == [("relay_s1", 3000, "light"), ("relay_s1", 6000, "light"),
                                                             ("relay_s1", 12000, "light"), ("relay_s1", 6000, "full")]
+    assert len(failures) == 1 and failures[0].startswith("relay_s2:") and "(--learning_rate: 3e-4 -> None; --max_iters: 12000 -> 6000)" in failures[0]
 
 
 def test_kept_steps_lists_only_kept_weight_files(tmp_path):
