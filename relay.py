@@ -116,6 +116,12 @@ def block_confidence_unmask(logits: torch.Tensor, candidates: torch.Tensor, thre
 
 # ----------------------------------------------------------------------------- the MLM loss
 
+def at_least_fp32(t: torch.Tensor) -> torch.Tensor:
+    """bf16 / fp16 up to float32 for losses and the stored relay state; float32 and float64 as they are
+    (a plain .float() would round a float64 run down to float32, e.g. a golden test's)."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
               reduce_count: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """Cross-entropy summed over `mask` / the number of masked tokens (a token mean); an empty mask gives
@@ -124,10 +130,10 @@ def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
     if logits.shape[-1] <= 1024:
         # small vocabularies (Sudoku): CE everywhere, weighted by the mask; no boolean indexing means
         # no host sync and static shapes (torch.compile)
-        ce = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), reduction="none")
+        ce = F.cross_entropy(at_least_fp32(logits.flatten(0, -2)), targets.flatten(), reduction="none")
         ce = (ce * mask.flatten()).sum()
     else:  # LLM vocabularies: an fp32 copy of all (B, L, V) logits would be GBs; take the masked rows first
-        ce = F.cross_entropy(logits[mask].float(), targets[mask], reduction="sum")
+        ce = F.cross_entropy(at_least_fp32(logits[mask]), targets[mask], reduction="sum")
     count = mask.sum().float()
     if reduce_count is not None:
         count = reduce_count(count)
@@ -297,7 +303,7 @@ def rollout_loss(step_fn: StepFn, *, x0: torch.Tensor, z: torch.Tensor, maskable
         step_losses.append(loss_k.detach())
         n_masked.append(candidates.sum())
         n_committed.append(commit.sum())
-    h_store = h.detach().float() if h is not None else None  # the truncation of truncated BPTT
+    h_store = at_least_fp32(h.detach()) if h is not None else None  # the truncation of truncated BPTT
     return RolloutOutput(loss, z, h_store, step_losses, n_masked, n_committed)  # Alg. 1 line 11 (update): the caller's
 
 

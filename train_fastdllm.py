@@ -45,7 +45,7 @@ from fastdllm.data import collate, read_jsonl, tokenize_conversation, toy_conver
 from fastdllm.model import (FAST_DLLM_V2_1_5B, HUB_ID, bd_training_mask, load_fastdllm, make_tiny_fastdllm,
                             make_tiny_tokenizer, resolve_checkpoint, save_fastdllm, shift_hidden, shift_logits)
 from fastdllm.tokenizer import load_real_tokenizer
-from relay import RolloutBuffer, block_confidence_unmask, rollout_loss
+from relay import RolloutBuffer, at_least_fp32, block_confidence_unmask, rollout_loss
 
 OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
 # run directory (common.py, the same rules as train_sudoku.py; docs/reliability.md)
@@ -145,7 +145,7 @@ def sft_loss(model, x0: torch.Tensor, maskable: torch.Tensor, bd_size: int, mask
     z, sup = sft_noise(x0, maskable, bd_size, mask_id, generator)
     out = doubled_forward(model, z, torch.cat([x0, x0]), None, bd_size)
     logits = shift_logits(out.logits)  # position i now holds the prediction of token i
-    return F.cross_entropy(logits[sup].float(), torch.cat([x0, x0])[sup], reduction="sum")
+    return F.cross_entropy(at_least_fp32(logits[sup]), torch.cat([x0, x0])[sup], reduction="sum")
 
 
 def make_step_fn(model, buffer: RolloutBuffer, bd_size: int, hidden_size: int, use_relay: bool):

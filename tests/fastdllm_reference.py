@@ -170,7 +170,7 @@ def reference_rollout_step(model, slots, G, variant, bd, mask_id, tau=0.85):
     """G micro-steps over the same buffer slots (no slot may finish: refill is then a no-op), each:
     forward 1 with relay shift(h) (h = 0 at a cold start, none for rollout), L1 = token mean over the
     masks; reveal the ground truth at the selected positions; forward 2 with relay shift(h_s1)
-    (detached for relay_sg), L2; backward (L1 + L2) / G; reveal again, keep shift(h_s2) (as float32).
+    (detached for relay_sg), L2; backward (L1 + L2) / G; reveal again, keep shift(h_s2) (model precision).
     slots: dict with x0, z, maskable, h (None at a cold start). Returns the summed loss."""
     x0, z, maskable, h = slots["x0"], slots["z"].clone(), slots["maskable"], slots["h"]
     shift = lambda t: torch.cat([t[:, :1], t[:, :-1]], 1)
@@ -188,5 +188,5 @@ def reference_rollout_step(model, slots, G, variant, bd, mask_id, tau=0.85):
             relay = None if variant == "rollout" else (shift(hs) if variant == "relay" else shift(hs).detach())
         (loss / G).backward()
         total += float(loss.detach() / G)
-        h = relay.detach().float() if relay is not None else None
+        h = relay.detach() if relay is not None else None  # the model's precision, as relay.rollout_loss stores it
     return total

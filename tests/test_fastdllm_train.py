@@ -430,7 +430,9 @@ def _grads(model):
 def test_optimizer_step_equals_the_plain_reference(objective, device):
     """One optimizer step of 3 accumulated micro-batches through train_fastdllm.micro_step_loss (what the
     training loop calls) against the plain per-position loops of tests/fastdllm_reference.py: loss and
-    every gradient to 1e-6 in float64. Checked to fail when: the SFT mean runs per micro-batch instead of
+    every gradient to 1e-10 in float64 (1e-5 on another device: the reference runs on the CPU, and
+    transformers' RMSNorm computes in float32, which rounds differently there). Checked to fail when: the
+    loss is rounded to float32 (errors of 1e-7); the SFT mean runs per micro-batch instead of
     over the window; the rollout loss is not divided by the accumulation count; relay_sg does not detach
     h_s1; the relay is dropped in step 1 of a micro-step after the first."""
     from fastdllm_reference import reference_rollout_step, reference_sft_step
@@ -465,10 +467,11 @@ def test_optimizer_step_equals_the_plain_reference(objective, device):
         slots = dict(x0=window[0][0], z=torch.where(window[0][1], mask_id, window[0][0]), maskable=window[0][1], h=None)
         ref = reference_rollout_step(ref_model, slots, G, objective, BD, mask_id)
     want = _grads(ref_model)
-    assert abs(total - ref) < 1e-6
+    tol = 1e-10 if device.type == "cpu" else 1e-5
+    assert abs(total - ref) < tol * max(1.0, abs(ref))
     assert got.keys() == want.keys() and len(got) > 10
     for k in got:
-        torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=1e-6, msg=k)
+        torch.testing.assert_close(got[k], want[k], atol=tol, rtol=tol, msg=k)
 
 
 def test_random_1p5b_uses_the_real_tokenizer_padding_and_saves_nothing(tmp_path, monkeypatch):

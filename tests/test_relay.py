@@ -172,6 +172,27 @@ def test_k1_rollout_loss_equals_masked_ce_of_one_forward(device):
     torch.testing.assert_close(out.loss, F.cross_entropy(logits[maskable], x0[maskable]))
 
 
+@pytest.mark.parametrize("dtype, stored", [(torch.float64, torch.float64), (torch.float32, torch.float32),
+                                           (torch.bfloat16, torch.float32)])
+def test_loss_and_stored_state_are_never_rounded_down(dtype, stored):
+    """The loss is computed, and the relay state stored for the next window, in at least float32: bf16
+    goes up, float64 stays (a float64 golden run must not pass through float32, whose 1e-7 errors hid
+    inside the float64 comparisons' tolerance and broke them on a GPU). Loss against a float64 hand sum."""
+    g = torch.Generator().manual_seed(0)
+    B, L, d = 2, 5, 4
+    logits = torch.randn(B, L, V, generator=g, dtype=torch.float64)
+    h_out = torch.randn(B, L, d, generator=g, dtype=torch.float64)
+    step = lambda z, h: (logits.to(dtype), h_out.to(dtype))
+    x0 = torch.randint(0, V - 1, (B, L), generator=g)
+    maskable = torch.ones(B, L, dtype=torch.bool)
+    out = rollout_loss(step, x0=x0, z=torch.full((B, L), V - 1), maskable=maskable, h=None, mask_id=V - 1, K=1,
+                       variant="relay", policy=policies(1))
+    assert out.h.dtype == stored and torch.equal(out.h, h_out.to(dtype).to(stored))
+    want = -logits.to(dtype).double().log_softmax(-1).gather(-1, x0[..., None]).mean()
+    assert out.loss.dtype == stored
+    assert abs(float(out.loss) - float(want)) < (1e-12 if dtype == torch.float64 else 1e-5)
+
+
 @pytest.mark.parametrize("variant", ["relay", "relay_sg", "rollout"])
 def test_gradient_paths_across_steps(variant, device):
     torch.manual_seed(0)
