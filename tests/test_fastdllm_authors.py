@@ -75,15 +75,43 @@ def test_prompt_lengths_of_the_pinned_fixture(fixture):
     assert [len(p) for p in prompts] == [47, 56, 75, 46]
 
 
+# This fixture's relay carry is chaotic: scaling every weight by (1 + 1e-12 noise) changes the carry's
+# tokens and NFE in every case below, and never the no-carry ones (even at 1e-7). Carry values pinned or
+# computed on the CPU therefore hold only on the CPU; on a GPU (whose float64 matmuls round differently
+# and whose transformers RMSNorm runs in float32) they are compared with a relay scaled by RELAY_GAIN,
+# where noise of 1e-7 changes no output and the carry still changes every case's tokens.
+ON_CPU_ONLY = "the pinned carry values are chaotic in the last bit: they hold only on the CPU they were computed on"
+RELAY_GAIN = 0.1
+
+
+def scaled_relay(model, gain: float):
+    """A copy of the model with its relay LayerNorm's weight and bias times `gain` (1.0: the model itself)."""
+    if gain == 1.0:
+        return model
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        model.relay_layer_norm.weight.mul_(gain)
+        model.relay_layer_norm.bias.mul_(gain)
+    return model
+
+
 @pytest.mark.parametrize("prefix_cache", [True, False])
 def test_pinned_values_batched(fixture, prefix_cache, device):
-    """NFE and answer lengths from the outside transcription. Checked to fail when the carry of a row that
-    waited is kept, and when finished rows stay counted in NFE. (With MASK left among the candidates the
-    reference gives NFE [7, 4, 42, 24] and production, on this random model, stalls committing MASK.)"""
+    """NFE and answer lengths from the outside transcription, without the carry (any device). Checked to
+    fail when finished rows stay counted in NFE."""
     model, prompts, _ = fixture
-    model = on(model, device)
-    plain = _run(model, prompts, prefix_cache=prefix_cache)
+    plain = _run(on(model, device), prompts, prefix_cache=prefix_cache)
     assert plain.nfe == [12, 5, 1, 4] and [len(t) for t in plain.tokens] == [9, 4, 4, 6]
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_pinned_values_batched_with_carry(fixture, prefix_cache, device):
+    """The same with the relay carry. Checked to fail when the carry of a row that waited is kept, and when
+    finished rows stay counted in NFE. (With MASK left among the candidates the reference gives NFE
+    [7, 4, 42, 24] and production, on this random model, stalls committing MASK.)"""
+    if device.type != "cpu":
+        pytest.skip(ON_CPU_ONLY)
+    model, prompts, _ = fixture
     carry = _run(model, prompts, prefix_cache=prefix_cache, relay_carry=True)
     assert carry.nfe == [7, 4, 6, 34] and [len(t) for t in carry.tokens] == [12, 15, 10, 63]
 
@@ -92,8 +120,9 @@ def test_pinned_values_one_at_a_time(fixture, device):
     """One prompt per batch with the carry: the last one never commits the stop token, so it runs the
     authors' 4 blocks and keeps the next block's first token (83 = 4 * 32 + 1 - 46). Fails with a per-row
     block count (96 tokens) or without that last token (82)."""
+    if device.type != "cpu":
+        pytest.skip(ON_CPU_ONLY)
     model, prompts, _ = fixture
-    model = on(model, device)
     outs = [_run(model, [p], relay_carry=True) for p in prompts]
     assert [o.nfe[0] for o in outs] == [26, 8, 1, 45]
     assert [len(o.tokens[0]) for o in outs] == [46, 30, 4, 83]
@@ -112,13 +141,17 @@ def _prompts(lengths):
 
 
 @pytest.mark.parametrize("lengths", LENGTHS)
-@pytest.mark.parametrize("relay_carry", [False, True])
+@pytest.mark.parametrize("relay_carry, gain", [(False, 1.0), (True, 1.0), (True, RELAY_GAIN)])
 @pytest.mark.parametrize("prefix_cache", [True, False])
-def test_equals_the_plain_reference(fixture, lengths, relay_carry, prefix_cache, device):
-    """Tokens, NFE and stop flags equal the no-cache transcription, batched with mixed prompt lengths.
+def test_equals_the_plain_reference(fixture, lengths, relay_carry, gain, prefix_cache, device):
+    """Tokens, NFE and stop flags equal the no-cache transcription (run on the CPU), batched with mixed
+    prompt lengths; the carry at the fixture's relay gain (CPU only: chaotic) and at RELAY_GAIN.
     Checked to fail when: the carry is kept for rows that waited; the AR token is written for a row whose
     prompt ends at a block boundary while a longer prompt remains; finished rows stay counted in NFE."""
+    if relay_carry and gain == 1.0 and device.type != "cpu":
+        pytest.skip(ON_CPU_ONLY)
     model, _, pad_id = fixture
+    model = scaled_relay(model, gain)
     prompts = _prompts(lengths)
     out = _run(on(model, device), prompts, relay_carry=relay_carry, prefix_cache=prefix_cache, max_new_tokens=64)
     tails, nfe, finished = reference_decode(model, prompts, 64, 0.5, STOP_ID, pad_id, relay_carry=relay_carry)
