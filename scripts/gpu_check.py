@@ -41,7 +41,7 @@ class Part:
     title: str
     commands: Callable[[], list[list[str]]]  # built when the part starts (a resumable run adds --resume=True)
     limit_s: int  # the whole part, all its commands
-    estimate_s: int  # seconds on one H100 (measured where docs/gpu.md says so); started only with this much budget left
+    estimate_s: int  # seconds on one H100 or H200 (measured where docs/gpu.md says so); started only with this much budget left
     expect: str  # a regex the output must match: a part that prints no result has failed
     keep: str | None = r"^\|"  # output lines that go into the report (Markdown tables by default; None: none)
     summarize: Callable[[str], str] | None = None  # extra Markdown (tables, figures) from the part's files
@@ -149,24 +149,38 @@ def plan(smoke: bool, work: str) -> list[Part]:
         return [[PY, "bench/bench_generate.py", *sizes], [PY, "bench/bench_generate.py", *sizes, *fp32, "--dtype=float32"]]
 
     return [
-        # first: the speed of the step as it is and as one CUDA graph, in one run (before and after)
-        Part("train_speed_graphed", "Table 1 step: eager against one CUDA graph, MLM and Relay, own processes",
-             step_modes((), ("--cuda_graph=True",)), 420, 150, r"\| relay \|", keep=BENCH),
-        Part("train_profile_graphed", "MLM and Relay steps as one CUDA graph, profiled",
-             step_modes(("--cuda_graph=True", "--profile=True"), steps=20), 300, 60, r"^\|.*\|", keep=BENCH),
-        # second: decoding, the prefix cache with and without the block forward as CUDA graphs (fastdllm/graphs.py)
-        Part("generate_speed", "Fast-dLLM v2 1.5B shape: decoding speed, caches and CUDA graphs", generate, 480, 170,
-             r"\| uncached \|", keep=r"^\||relay carry cost|model, .*batch"),
-        Part("train_speed_compiled_graphed", "Table 1 step: compiled against compiled and one CUDA graph",
-             step_modes(("--compile=True",), ("--compile=True", "--cuda_graph=True")), 570, 480, r"\| relay \|",
-             keep=BENCH),
-        # third: the stand-in study on the GPU (resumable: a second command continues it)
+        # first: what has never run on a GPU, or failed there (the device tests, fixed since the H200 run)
+        Part("tests", "Test suite on the device", tests, 480, 100, r"\d+ passed",
+             keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
+        # what bounds the compiled step (on the H200 a CUDA graph did not speed it up: not the host)
+        Part("train_profile", "MLM and Relay training steps, compiled and profiled",
+             bench_train("--objectives=mlm,relay", "--profile=True", *([] if smoke else ["--compile=True"])),
+             420, 260, r"^\|.*\|", keep=BENCH),
+        # the stand-in study on the GPU (resumable: a second command continues it)
         Part("standin_study", "The stand-in study: MLM and Relay x 3 seeds, Rollout, Relay (sg), every run at once",
              standin, 570, 420, r"^\| Top1465 .*\| Relay \|",
              summarize=lambda w: "![crossover](standin_study/standin_crossover.png)\n\n"
                                  "![ladder](standin_study/standin_ladder.png)"),
-        Part("tests", "Test suite on the device", tests, 480, 180, r"\d+ passed",
-             keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
+        Part("ddp", "Sudoku training under DDP, one process", ddp, 300, 150, r"step \d+ \| loss",
+             keep=r"process\(es\)|step \d+ \| loss"),
+        Part("fastdllm_train", "Fast-dLLM v2 1.5B shape: one ZeRO-3 step per objective", fastdllm_steps, 540, 300,
+             r"step 2 \|", keep=r"^step \d+ \||parameters"),
+        Part("table1_relay", "Table 1 preset relay_tied, a few minutes", table1("relay_tied"), 540, 270,
+             r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "relay_tied")),
+        Part("table1_mlm", "Table 1 preset mlm_tied, a few minutes", table1("mlm_tied"), 540, 270,
+             r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "mlm_tied")),
+        # last: the parts measured on one H200 (2026-11-27) and one H100 (2026-11-26); the step eager,
+        # compiled and as one CUDA graph, in one run (before and after)
+        Part("train_speed_graphed", "Table 1 step: eager against one CUDA graph, MLM and Relay, own processes",
+             step_modes((), ("--cuda_graph=True",)), 420, 65, r"\| relay \|", keep=BENCH),
+        Part("train_profile_graphed", "MLM and Relay steps as one CUDA graph, profiled",
+             step_modes(("--cuda_graph=True", "--profile=True"), steps=20), 300, 25, r"^\|.*\|", keep=BENCH),
+        # decoding, the prefix cache with and without the block forward as CUDA graphs (fastdllm/graphs.py)
+        Part("generate_speed", "Fast-dLLM v2 1.5B shape: decoding speed, caches and CUDA graphs", generate, 480, 150,
+             r"\| uncached \|", keep=r"^\||relay carry cost|model, .*batch"),
+        Part("train_speed_compiled_graphed", "Table 1 step: compiled against compiled and one CUDA graph",
+             step_modes(("--compile=True",), ("--compile=True", "--cuda_graph=True")), 570, 325, r"\| relay \|",
+             keep=BENCH),
         Part("reference_models", "The reference models decoded on the device, fp32 and bf16",
              # smoke: one model, as its 30 s limit was set for (the GPU compares all four)
              lambda: [[PY, "tests/test_pin_reference_models.py", "--compare", f"--device={dev}",
@@ -177,20 +191,8 @@ def plan(smoke: bool, work: str) -> list[Part]:
         Part("train_speed_compiled", "Table 1 training step, torch.compile",
              bench_train("--compile=True", *(["--objectives=relay"] if smoke else [])), 570, 480, r"\| relay \|",
              keep=BENCH),
-        # MLM beside Relay, compiled: on an H100 both compiled steps took ~22 ms although Relay does twice the FLOPs
-        Part("train_profile", "MLM and Relay training steps, compiled and profiled",
-             bench_train("--objectives=mlm,relay", "--profile=True", *([] if smoke else ["--compile=True"])),
-             420, 260, r"^\|.*\|", keep=BENCH),
         Part("learn", "Learning on CUDA against the CPU", learn, 540, 90, r"step \d+ \| loss",
              keep=None, summarize=lambda w: compare_learning(w, dev)),
-        Part("ddp", "Sudoku training under DDP, one process", ddp, 300, 150, r"step \d+ \| loss",
-             keep=r"process\(es\)|step \d+ \| loss"),
-        Part("table1_relay", "Table 1 preset relay_tied, a few minutes", table1("relay_tied"), 540, 270,
-             r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "relay_tied")),
-        Part("table1_mlm", "Table 1 preset mlm_tied, a few minutes", table1("mlm_tied"), 540, 270,
-             r"step \d+ \| val exact", keep=None, summarize=lambda w: curve(w, "mlm_tied")),
-        Part("fastdllm_train", "Fast-dLLM v2 1.5B shape: one ZeRO-3 step per objective", fastdllm_steps, 540, 300,
-             r"step 2 \|", keep=r"^step \d+ \||parameters"),
         Part("memory_profile", "Fast-dLLM v2 1.5B shape: training memory (Figure 3)", memory, 300, 30, r"^\| sft",
              keep=r"^\||^device", summarize=lambda w: "![memory_profile](memory_profile.png)"),
     ]
@@ -429,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"gpu_check.py: unknown part(s) {', '.join(unknown)}; the parts are {', '.join(names)}")
     if args.list:
         for p in parts:
-            print(f"{p.name} (limit {p.limit_s} s, about {p.estimate_s} s on one H100): {p.title}")
+            print(f"{p.name} (limit {p.limit_s} s, about {p.estimate_s} s on one H100 or H200): {p.title}")
             for cmd in p.commands():
                 print("    " + " ".join("python" if c == PY else c for c in cmd))
         return 0

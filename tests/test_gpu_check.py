@@ -111,7 +111,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are train_speed_graphed, train_profile_graphed"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, train_profile, standin_study"):
         run(tmp_path, "--parts=nope")
 
 
