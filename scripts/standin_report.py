@@ -112,14 +112,16 @@ def _fmt(values: list[float]) -> str:
 # -----------------------------------------------------------------------------
 # the crossover: accuracy at matched NFE against training compute
 
-def crossover(found: dict, set_slug: str, metric: str = "exact_match") -> list[dict]:
-    """Per compute point where MLM and Relay both have light results: the NFE budgets both cover, and each
-    objective's per-seed mean accuracy over them (seeds present at that point)."""
+def crossover(found: dict, set_slug: str, metric: str = "exact_match", seeds: set[int] | None = None,
+              upto: int | None = None) -> list[dict]:
+    """Per compute point (up to `upto`) where MLM and Relay both have light results: the NFE budgets both
+    cover, and each objective's per-seed mean accuracy over them (the seeds present at that point, or only
+    `seeds`)."""
     rows = []
-    points = sorted({k[4] for k in found if k[2] == set_slug and k[3] == "light"})
+    points = sorted({k[4] for k in found if k[2] == set_slug and k[3] == "light" and (upto is None or k[4] <= upto)})
     for eq in points:
         sweeps = {o: {s: found[k] for k in found if k[0] == o and k[2] == set_slug and k[3] == "light"
-                      and k[4] == eq for s in [k[1]]} for o in ("mlm", "relay")}
+                      and k[4] == eq and (seeds is None or k[1] in seeds) for s in [k[1]]} for o in ("mlm", "relay")}
         if not all(sweeps.values()):
             continue
         curves = {o: [curve(r, metric) for _, r in sorted(v.items())] for o, v in sweeps.items()}
@@ -132,13 +134,18 @@ def crossover(found: dict, set_slug: str, metric: str = "exact_match") -> list[d
     return rows
 
 
-def crossover_table(found: dict, set_names: dict[str, str]) -> str:
+def crossover_table(found: dict, set_names: dict[str, str], seeds: set[int] | None = None,
+                    upto: int | None = None) -> str:
     lines = []
     for set_slug, title in set_names.items():
-        rows = crossover(found, set_slug)
+        rows = crossover(found, set_slug, seeds=seeds, upto=upto)
         if not rows:
             continue
-        lines += [f"\n**{title}**: exact match (%) at matched NFE per puzzle, mean over seeds ± s.d.", "",
+        over = "mean over seeds ± s.d."
+        if seeds is not None:
+            title += f", seed {', '.join(map(str, sorted(seeds)))} alone"
+            over = "this seed's pair"
+        lines += [f"\n**{title}**: exact match (%) at matched NFE per puzzle, {over}", "",
                   "| compute (MLM-step equivalents) | NFE range | MLM | Relay | Relay − MLM | s.e. (puzzles) | seeds |",
                   "|---|---|---|---|---|---|---|"]
         for r in rows:
@@ -163,7 +170,7 @@ def plot_crossover(found: dict, set_names: dict[str, str], path: str) -> None:
     for col, (set_slug, title) in enumerate(set_names.items()):
         for row, (metric, label) in enumerate(metrics):
             ax = axes[row][col]
-            rows = [r for r in crossover(found, set_slug, metric) if r["budgets"]]
+            rows = [r for r in crossover(found, set_slug, metric, upto=final_point(found)) if r["budgets"]]
             for o in ("mlm", "relay"):
                 xs = [r["equivalents"] for r in rows]
                 stats = [mean_sd(r[o]) for r in rows]
@@ -171,12 +178,18 @@ def plot_crossover(found: dict, set_names: dict[str, str], path: str) -> None:
                 sd = np.nan_to_num(np.array([100 * s for _, s in stats]))
                 ax.plot(xs, mean, "o-", color=sudoku.report.OBJECTIVE_COLORS[o], label=NAMES[o])
                 ax.fill_between(xs, mean - sd, mean + sd, color=sudoku.report.OBJECTIVE_COLORS[o], alpha=0.2)
+            for seed in extended_seeds(found):  # its own curve, all of it: its values differ from the mean's
+                alone = [r for r in crossover(found, set_slug, metric, seeds={seed}) if r["budgets"]]
+                for o in ("mlm", "relay"):
+                    ax.plot([r["equivalents"] for r in alone], [100 * r[o][0] for r in alone], "o--", mfc="none",
+                            lw=1, color=sudoku.report.OBJECTIVE_COLORS[o], label=f"{NAMES[o]}, seed {seed} alone")
             ax.set(xlabel="training compute (MLM-step equivalents)", ylabel=f"{label} at matched NFE")
             ax.grid(alpha=0.3)
             if row == 0:
                 ax.set_title(title)
                 ax.legend(fontsize=8)
-    fig.suptitle("Stand-in for Sudoku-Extreme: MLM and Relay at matched NFE during training (seeds: ± s.d.)")
+    fig.suptitle("Stand-in for Sudoku-Extreme: MLM and Relay at matched NFE during training (mean of the seeds ± "
+                 "s.d.; dashed: a seed trained on alone)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -197,6 +210,15 @@ def final_point(found: dict) -> int | None:
     (e.g. seed 1 to 24,000) shows in the crossover and does not take the ladder from the other seeds."""
     paired = {eq: len(paired_seeds(found, "test", eq)) for eq in {k[4] for k in found}}
     return max((n, eq) for eq, n in paired.items() if n)[1] if any(paired.values()) else None
+
+
+def extended_seeds(found: dict) -> list[int]:
+    """The seeds whose MLM and Relay both have light results past final_point (trained past the study's budget)."""
+    last = final_point(found)
+    if last is None:
+        return []
+    past = {(o, s) for o, s, _, protocol, eq in found if protocol == "light" and eq > last}
+    return sorted(s for o, s in past if o == "mlm" and ("relay", s) in past)
 
 
 def bands(values: np.ndarray, edges: tuple) -> list[tuple[str, np.ndarray]]:
@@ -331,7 +353,11 @@ def report(out: str, figures: str, data_dir: str) -> None:
     set_names = {slug(name): name for name in SETS}
     text = ["# Stand-in study: MLM and Relay on Sudoku-Extreme's composition", "",
             f"## Crossover (light protocol: {protocol_text(LIGHT)})",
-            crossover_table(found, set_names)]
+            crossover_table(found, set_names, upto=final_point(found))]
+    for seed in extended_seeds(found):
+        text += ["", f"## Seed {seed} trained past the study's budget (light protocol; matched NFE over this "
+                 "seed's own curves, so its values at shared points differ from the means above)",
+                 crossover_table(found, set_names, seeds={seed})]
     os.makedirs(figures, exist_ok=True)
     plot_crossover(found, set_names, os.path.join(figures, "standin_crossover.png"))
     eq = final_point(found)

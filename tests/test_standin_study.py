@@ -108,6 +108,26 @@ def test_the_ladder_stays_where_most_seed_pairs_are(tmp_path):
     assert R.final_point(R.load(str(tmp_path))) == 24000
 
 
+def test_a_seed_trained_past_the_budget_is_shown_alone(tmp_path):
+    """Seeds 1-2 to 2,000 (light and full), seed 1 alone on to 4,000. The crossover's means stop at 2,000;
+    seed 1 gets its own table with its own values (MLM 30%, Relay 40% at 2,000 over NFE 10-20, not the
+    means 25% / 30%), and its 4,000 row is not averaged with the other seeds. Fails with the means taken
+    past the ladder's point (checked) and with the seed filter dropped (checked)."""
+    for run, (mlm, relay) in (("1", (0.3, 0.4)), ("2", (0.2, 0.2))):
+        for protocol in ("light", "full"):
+            write_result(tmp_path, f"mlm_s{run}", "test", protocol, 2000, points((10, mlm), (20, mlm)))
+            write_result(tmp_path, f"relay_s{run}", "test", protocol, 2000, points((10, relay), (20, relay)))
+    write_result(tmp_path, "mlm_s1", "test", "light", 4000, points((10, 0.5), (20, 0.5)))
+    write_result(tmp_path, "relay_s1", "test", "light", 4000, points((10, 0.7), (20, 0.7)))
+    found = R.load(str(tmp_path))
+    assert R.final_point(found) == 2000 and R.extended_seeds(found) == [1]
+    means = R.crossover_table(found, {"test": "test"}, upto=R.final_point(found))
+    assert "| 2,000 | 10.0-20.0 | 25.0 ± 7.1 | 30.0 ± 14.1 |" in means and "| 4,000 |" not in means
+    alone = R.crossover_table(found, {"test": "test"}, seeds={1})
+    assert "**test, seed 1 alone**" in alone
+    assert "| 2,000 | 10.0-20.0 | 30.0 | 40.0 | 10.0 |" in alone and "| 4,000 | 10.0-20.0 | 50.0 | 70.0 | 20.0 |" in alone
+
+
 def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
     args = S.parse_args(["--equivalents=12000", "--keep_every=2000", "--eval_every=1000"])
     assert "--max_iters=12000" in S.train_args("mlm", args) and "--keep_interval=2000" in S.train_args("mlm", args)
