@@ -221,6 +221,12 @@ def extended_seeds(found: dict) -> list[int]:
     return sorted(s for o, s in past if o == "mlm" and ("relay", s) in past)
 
 
+def extended_full_point(found: dict, seed: int) -> int | None:
+    """The largest compute past final_point where this seed's MLM and Relay both have full results on the test split."""
+    past = [e for e in {k[4] for k in found} if e > (final_point(found) or 0)]
+    return max((e for e in past if seed in paired_seeds(found, "test", e)), default=None)
+
+
 def bands(values: np.ndarray, edges: tuple) -> list[tuple[str, np.ndarray]]:
     out = []
     for lo, hi in edges:
@@ -329,12 +335,13 @@ def n_scored(found: dict, set_slug: str, eq: int) -> int:
     return ns.pop()
 
 
-def table1(found: dict, eq: int, set_names: dict[str, str]) -> str:
+def table1(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | None = None) -> str:
     from scripts.hard_study import table
     results = {}
     for set_slug, title in set_names.items():
         for o in ("mlm", "relay", "rollout", "relay_sg"):
-            sweeps = [found[k] for k in sorted(found) if k[0] == o and k[2] == set_slug and k[3] == "full" and k[4] == eq]
+            sweeps = [found[k] for k in sorted(found) if k[0] == o and k[2] == set_slug and k[3] == "full"
+                      and k[4] == eq and (seeds is None or k[1] in seeds)]
             if sweeps:
                 results.setdefault(title, {})[o] = sweeps
     return table(results, HEADLINE_TAU)
@@ -358,6 +365,10 @@ def report(out: str, figures: str, data_dir: str) -> None:
         text += ["", f"## Seed {seed} trained past the study's budget (light protocol; matched NFE over this "
                  "seed's own curves, so its values at shared points differ from the means above)",
                  crossover_table(found, set_names, seeds={seed})]
+        last = extended_full_point(found, seed)
+        for e in (final_point(found), last) if last is not None else ():  # the same seed before and after
+            text += ["", f"Table 1's columns at τ = {HEADLINE_TAU:g}, seed {seed} at {e:,} MLM-step equivalents "
+                     f"(full protocol):", "", table1(found, e, set_names, seeds={seed})]
     os.makedirs(figures, exist_ok=True)
     plot_crossover(found, set_names, os.path.join(figures, "standin_crossover.png"))
     eq = final_point(found)

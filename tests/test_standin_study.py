@@ -128,6 +128,24 @@ def test_a_seed_trained_past_the_budget_is_shown_alone(tmp_path):
     assert "| 2,000 | 10.0-20.0 | 30.0 | 40.0 | 10.0 |" in alone and "| 4,000 | 10.0-20.0 | 50.0 | 70.0 | 20.0 |" in alone
 
 
+def test_table1_of_a_seed_trained_past_the_budget_is_that_seeds_alone(tmp_path):
+    """Seeds 1-2 full at 2,000; seed 1's pair and Relay seed 2 (no MLM partner) full at 4,000: seed 1's
+    Table 1 columns come from 4,000 and from seed 1 only (Relay 70%, not the mean with seed 2's 10%).
+    Fails without the seed filter (checked)."""
+    def full(acc: float) -> dict:
+        metrics = {"exact_match": acc, "token_accuracy": acc, "batch1_nfe": 20.0, "legal_rate": acc,
+                   "violations_final": 1.0, "violating_snapshots": 2.0, "n": 100}
+        return {"0.15": metrics}
+    for run, eq, acc in (("mlm_s1", 2000, 0.3), ("relay_s1", 2000, 0.4), ("mlm_s2", 2000, 0.2), ("relay_s2", 2000, 0.2),
+                         ("mlm_s1", 4000, 0.5), ("relay_s1", 4000, 0.7), ("relay_s2", 4000, 0.1)):
+        write_result(tmp_path, run, "test", "full", eq, full(acc))
+    found = R.load(str(tmp_path))
+    assert R.final_point(found) == 2000
+    assert R.extended_full_point(found, 1) == 4000 and R.extended_full_point(found, 2) is None
+    rows = R.table1(found, 4000, {"test": "test"}, seeds={1}).splitlines()[2:]
+    assert [row.split(" | ")[1:4] for row in rows] == [["MLM", "1", "50.0"], ["Relay", "1", "70.0"]]
+
+
 def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
     args = S.parse_args(["--equivalents=12000", "--keep_every=2000", "--eval_every=1000"])
     assert "--max_iters=12000" in S.train_args("mlm", args) and "--keep_interval=2000" in S.train_args("mlm", args)
