@@ -101,8 +101,8 @@ def evaluate(run: str, name: str, sample_args: list[str] | None, out_dir: str, t
 
 def curve(results: dict) -> list[sudoku.frontier.Point]:
     """The τ sweep as frontier points, NFE per puzzle at batch 1 (Table 1's count)."""
-    return [sudoku.frontier.Point(nfe=m.get("batch1_nfe", m["mean_nfe"]), acc=m["exact_match"], n=m["n"])
-            for m in results.values()]
+    return [sudoku.frontier.Point(nfe=m["batch1_nfe"] if "batch1_nfe" in m else m["mean_nfe"], acc=m["exact_match"],
+                                  n=m["n"]) for m in results.values()]
 
 
 def table(results: dict[str, dict[str, list[dict]]], tau: float) -> str:

@@ -347,6 +347,24 @@ def table1(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | No
     return table(results, HEADLINE_TAU)
 
 
+def objectives_compared(found: dict, eq: int, set_names: dict[str, str]) -> list[str]:
+    """The four objectives at matched NFE, for each seed that has a Rollout or Relay (sg) run with full results
+    at compute eq: that seed's runs only, so every objective is read on the same NFE budgets."""
+    from scripts.hard_study import matched
+    extra = sorted({s for o, s, _, protocol, e in found
+                    if o in ("rollout", "relay_sg") and protocol == "full" and e == eq})
+    text = []
+    for seed in extra:
+        results = {}
+        for set_slug, title in set_names.items():
+            for o in ("mlm", "rollout", "relay_sg", "relay"):
+                if (o, seed, set_slug, "full", eq) in found:
+                    results.setdefault(title, {})[o] = [found[o, seed, set_slug, "full", eq]]
+        text += ["", f"## The four objectives, seed {seed} ({eq:,} MLM-step equivalents, full protocol)",
+                 matched(results, MATCHED_BUDGETS)]
+    return text
+
+
 def protocol_text(spec: dict) -> str:
     sets = ", ".join(f"{name} first {n}" if n else f"{name} all" for name, n in spec["n"].items())
     return sets + "; τ ∈ {" + ", ".join(f"{t:g}" for t in spec["taus"]) + "}"
@@ -380,7 +398,7 @@ def report(out: str, figures: str, data_dir: str) -> None:
         plot_ladder(rows, os.path.join(figures, "standin_ladder.png"))
         text += ["", f"## Table 1's columns at τ = {HEADLINE_TAU:g} ({eq:,} MLM-step equivalents, full protocol: "
                  f"{protocol_text(FULL)})",
-                 "", table1(found, eq, set_names)]
+                 "", table1(found, eq, set_names)] + objectives_compared(found, eq, set_names)
     body = "\n".join(text) + "\n"
     print(body)
     with open(os.path.join(out, "standin_study.md"), "w") as f:

@@ -146,6 +146,20 @@ def test_table1_of_a_seed_trained_past_the_budget_is_that_seeds_alone(tmp_path):
     assert [row.split(" | ")[1:4] for row in rows] == [["MLM", "1", "50.0"], ["Relay", "1", "70.0"]]
 
 
+def test_rollout_and_relay_sg_are_compared_with_their_own_seeds_pair(tmp_path):
+    """Rollout and Relay (sg) of seed 1 beside MLM and Relay of seed 1 (not seed 2's, 90%), read at the four
+    budgets spread over NFE 10-20: on straight lines 0.2 -> 0.4 at 10, 13.3, 16.7, 20 that is 20.0, 26.7,
+    33.3, 40.0. Fails with every seed's MLM pooled (checked)."""
+    for run, acc in (("mlm_s1", (0.2, 0.4)), ("relay_s1", (0.3, 0.3)), ("mlm_s2", (0.9, 0.9)),
+                     ("relay_s2", (0.9, 0.9)), ("rollout_s1", (0.1, 0.1)), ("relay_sg_s1", (0.5, 0.5))):
+        write_result(tmp_path, run, "test", "full", 2000, points((10, acc[0]), (20, acc[1])))
+    text = "\n".join(R.objectives_compared(R.load(str(tmp_path)), 2000, {"test": "test"}))
+    assert "## The four objectives, seed 1 (2,000" in text and "seed 2" not in text
+    rows = {cells[0]: [numbers(c)[0] for c in cells[1:]] for cells in table_rows(text.split("**test**")[1], "| objective")}
+    assert rows == {"MLM (1)": [20.0, 26.7, 33.3, 40.0], "Rollout (1)": [10.0] * 4, "Relay (sg) (1)": [50.0] * 4,
+                    "Relay (1)": [30.0] * 4}
+
+
 def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
     args = S.parse_args(["--equivalents=12000", "--keep_every=2000", "--eval_every=1000"])
     assert "--max_iters=12000" in S.train_args("mlm", args) and "--keep_interval=2000" in S.train_args("mlm", args)
