@@ -347,22 +347,41 @@ def table1(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | No
     return table(results, HEADLINE_TAU)
 
 
+def seeds_with_extra_objectives(found: dict, eq: int) -> list[int]:
+    """The seeds that have a Rollout or Relay (sg) run with full results at compute eq."""
+    return sorted({s for o, s, _, protocol, e in found if o in ("rollout", "relay_sg") and protocol == "full" and e == eq})
+
+
+def one_seeds_sweeps(found: dict, eq: int, set_names: dict[str, str], seed: int) -> dict:
+    """{set title: {objective: [this seed's full sweep]}} for every objective this seed has at compute eq."""
+    results = {}
+    for set_slug, title in set_names.items():
+        for o in ("mlm", "rollout", "relay_sg", "relay"):
+            if (o, seed, set_slug, "full", eq) in found:
+                results.setdefault(title, {})[o] = [found[o, seed, set_slug, "full", eq]]
+    return results
+
+
 def objectives_compared(found: dict, eq: int, set_names: dict[str, str]) -> list[str]:
-    """The four objectives at matched NFE, for each seed that has a Rollout or Relay (sg) run with full results
-    at compute eq: that seed's runs only, so every objective is read on the same NFE budgets."""
+    """The four objectives at matched NFE, for each seed with a Rollout or Relay (sg) run: that seed's runs
+    only, so every objective is read on the same NFE budgets."""
     from scripts.hard_study import matched
-    extra = sorted({s for o, s, _, protocol, e in found
-                    if o in ("rollout", "relay_sg") and protocol == "full" and e == eq})
     text = []
-    for seed in extra:
-        results = {}
-        for set_slug, title in set_names.items():
-            for o in ("mlm", "rollout", "relay_sg", "relay"):
-                if (o, seed, set_slug, "full", eq) in found:
-                    results.setdefault(title, {})[o] = [found[o, seed, set_slug, "full", eq]]
+    for seed in seeds_with_extra_objectives(found, eq):
         text += ["", f"## The four objectives, seed {seed} ({eq:,} MLM-step equivalents, full protocol)",
-                 matched(results, MATCHED_BUDGETS)]
+                 matched(one_seeds_sweeps(found, eq, set_names, seed), MATCHED_BUDGETS)]
     return text
+
+
+def plot_objectives(found: dict, eq: int, set_names: dict[str, str], taus: list[float], path: str) -> None:
+    """The four objectives' accuracy-NFE frontiers of the first seed that has them (full protocol)."""
+    seed = seeds_with_extra_objectives(found, eq)[0]
+    panels = {title: {NAMES[o]: [curve(sweeps[0])] for o, sweeps in by_objective.items()}
+              for title, by_objective in one_seeds_sweeps(found, eq, set_names, seed).items()}
+    colors = {NAMES[o]: c for o, c in sudoku.report.OBJECTIVE_COLORS.items()}
+    title = (f"seed {seed} at {eq:,} MLM-step equivalents: exact match against NFE per puzzle over "
+             f"τ ∈ {{{', '.join(f'{t:g}' for t in taus)}}}")
+    sudoku.frontier.plot_panels(panels, colors, title, path)
 
 
 def protocol_text(spec: dict) -> str:
@@ -399,6 +418,8 @@ def report(out: str, figures: str, data_dir: str) -> None:
         text += ["", f"## Table 1's columns at τ = {HEADLINE_TAU:g} ({eq:,} MLM-step equivalents, full protocol: "
                  f"{protocol_text(FULL)})",
                  "", table1(found, eq, set_names)] + objectives_compared(found, eq, set_names)
+        if seeds_with_extra_objectives(found, eq):
+            plot_objectives(found, eq, set_names, FULL["taus"], os.path.join(figures, "standin_objectives.png"))
     body = "\n".join(text) + "\n"
     print(body)
     with open(os.path.join(out, "standin_study.md"), "w") as f:
