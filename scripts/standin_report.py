@@ -335,31 +335,27 @@ def n_scored(found: dict, set_slug: str, eq: int) -> int:
     return ns.pop()
 
 
-def table1(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | None = None) -> str:
-    from scripts.hard_study import table
+def full_sweeps(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | None = None) -> dict:
+    """{set title: {objective: [each seed's full sweep]}} at compute eq, objectives in Table 1's order (all
+    seeds, or only `seeds`)."""
     results = {}
     for set_slug, title in set_names.items():
-        for o in ("mlm", "relay", "rollout", "relay_sg"):
+        for o in ("mlm", "rollout", "relay_sg", "relay"):
             sweeps = [found[k] for k in sorted(found) if k[0] == o and k[2] == set_slug and k[3] == "full"
                       and k[4] == eq and (seeds is None or k[1] in seeds)]
             if sweeps:
                 results.setdefault(title, {})[o] = sweeps
-    return table(results, HEADLINE_TAU)
+    return results
+
+
+def table1(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | None = None) -> str:
+    from scripts.hard_study import table
+    return table(full_sweeps(found, eq, set_names, seeds), HEADLINE_TAU)
 
 
 def seeds_with_extra_objectives(found: dict, eq: int) -> list[int]:
     """The seeds that have a Rollout or Relay (sg) run with full results at compute eq."""
     return sorted({s for o, s, _, protocol, e in found if o in ("rollout", "relay_sg") and protocol == "full" and e == eq})
-
-
-def one_seeds_sweeps(found: dict, eq: int, set_names: dict[str, str], seed: int) -> dict:
-    """{set title: {objective: [this seed's full sweep]}} for every objective this seed has at compute eq."""
-    results = {}
-    for set_slug, title in set_names.items():
-        for o in ("mlm", "rollout", "relay_sg", "relay"):
-            if (o, seed, set_slug, "full", eq) in found:
-                results.setdefault(title, {})[o] = [found[o, seed, set_slug, "full", eq]]
-    return results
 
 
 def objectives_compared(found: dict, eq: int, set_names: dict[str, str]) -> list[str]:
@@ -369,7 +365,7 @@ def objectives_compared(found: dict, eq: int, set_names: dict[str, str]) -> list
     text = []
     for seed in seeds_with_extra_objectives(found, eq):
         text += ["", f"## The four objectives, seed {seed} ({eq:,} MLM-step equivalents, full protocol)",
-                 matched(one_seeds_sweeps(found, eq, set_names, seed), MATCHED_BUDGETS)]
+                 matched(full_sweeps(found, eq, set_names, {seed}), MATCHED_BUDGETS)]
     return text
 
 
@@ -377,7 +373,7 @@ def plot_objectives(found: dict, eq: int, set_names: dict[str, str], taus: list[
     """The four objectives' accuracy-NFE frontiers of the first seed that has them (full protocol)."""
     seed = seeds_with_extra_objectives(found, eq)[0]
     panels = {title: {NAMES[o]: [curve(sweeps[0])] for o, sweeps in by_objective.items()}
-              for title, by_objective in one_seeds_sweeps(found, eq, set_names, seed).items()}
+              for title, by_objective in full_sweeps(found, eq, set_names, {seed}).items()}
     colors = {NAMES[o]: c for o, c in sudoku.report.OBJECTIVE_COLORS.items()}
     title = (f"seed {seed} at {eq:,} MLM-step equivalents: exact match against NFE per puzzle over "
              f"τ ∈ {{{', '.join(f'{t:g}' for t in taus)}}}")
@@ -395,20 +391,20 @@ def report(out: str, figures: str, data_dir: str) -> None:
     if not found:
         raise SystemExit(f"no kept results in {out}: run the study first (scripts/standin_study.py)")
     set_names = {slug(name): name for name in SETS}
+    eq = final_point(found)  # the ladder's and Table 1's compute; the crossover's means stop there
     text = ["# Stand-in study: MLM and Relay on Sudoku-Extreme's composition", "",
             f"## Crossover (light protocol: {protocol_text(LIGHT)})",
-            crossover_table(found, set_names, upto=final_point(found))]
+            crossover_table(found, set_names, upto=eq)]
     for seed in extended_seeds(found):
         text += ["", f"## Seed {seed} trained past the study's budget (light protocol; matched NFE over this "
                  "seed's own curves, so its values at shared points differ from the means above)",
                  crossover_table(found, set_names, seeds={seed})]
         last = extended_full_point(found, seed)
-        for e in (final_point(found), last) if last is not None else ():  # the same seed before and after
+        for e in (eq, last) if last is not None else ():  # the same seed before and after
             text += ["", f"Table 1's columns at τ = {HEADLINE_TAU:g}, seed {seed} at {e:,} MLM-step equivalents "
                      f"(full protocol):", "", table1(found, e, set_names, seeds={seed})]
     os.makedirs(figures, exist_ok=True)
     plot_crossover(found, set_names, os.path.join(figures, "standin_crossover.png"))
-    eq = final_point(found)
     if eq is not None:
         scored = {name: n_scored(found, slug(name), eq) for name in SETS}  # the n each full result scored
         info = puzzle_info(out, data_dir, {name: (f, scored[name]) for name, f in SETS.items()})
