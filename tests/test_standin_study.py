@@ -250,8 +250,9 @@ def table_rows(text: str, header_start: str) -> list[list[str]]:
 
 
 def report_sections(md: str) -> dict[str, str]:
-    """The report's crossover tables by set title."""
-    parts = re.split(r"\n\*\*(.+?)\*\*: exact match", md)
+    """The report's crossover tables by set title (the four objectives' matched tables further down carry the
+    same set titles, so the split stops at the ladder)."""
+    parts = re.split(r"\n\*\*(.+?)\*\*: exact match", md.split("\n## Difficulty ladder")[0])
     return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
 
 
