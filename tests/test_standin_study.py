@@ -292,3 +292,22 @@ def test_readme_shows_the_kept_report():
     diff_row = next(cells for cells in header if cells[0].startswith("Relay − MLM"))
     for band, cell in zip(bands, diff_row[1:]):
         assert tuple(numbers(cell)) == ladder[f"rating {band.strip()}"], (band, cell)
+
+
+def test_readme_shows_the_reports_four_objectives():
+    """The README's four-objective table (seed 1) gives, per objective and set, the lowest and highest of the
+    report's matched-NFE row. Fails with one README cell changed (checked)."""
+    md = open(os.path.join(KEPT, "standin_study.md")).read()
+    section = md.split("\n## The four objectives, seed 1 ")[1]
+    tables = re.split(r"\n\*\*(.+?)\*\*: exact match", section)
+    report = {}  # (set title, objective): (lowest, highest)
+    for title, text in zip(tables[1::2], tables[2::2]):
+        for cells in table_rows(text, "| objective"):
+            accuracies = [numbers(c)[0] for c in cells[1:]]
+            report[(title, cells[0].removesuffix(" (1)"))] = (min(accuracies), max(accuracies))
+    shown = table_rows(open(os.path.join(ROOT, "README.md")).read(), "| seed 1 at 12,000 equivalents")
+    assert [cells[0] for cells in shown] == ["MLM", "Rollout", "Relay (sg)", "Relay"]
+    for cells in shown:
+        for title, cell in zip(("Top1465", "test", "test hard cohort"), cells[1:]):
+            low, high = report[(title, cells[0])]
+            assert tuple(numbers(cell)) == ((low, high) if low != high else (low,)), (title, cells[0], cell)
