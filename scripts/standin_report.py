@@ -353,25 +353,26 @@ def table1(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | No
     return table(full_sweeps(found, eq, set_names, seeds), HEADLINE_TAU)
 
 
-def seeds_with_extra_objectives(found: dict, eq: int) -> list[int]:
-    """The seeds that have a Rollout or Relay (sg) run with full results at compute eq."""
-    return sorted({s for o, s, _, protocol, e in found if o in ("rollout", "relay_sg") and protocol == "full" and e == eq})
+def extra_objective_points(found: dict) -> list[tuple[int, int]]:
+    """(seed, compute) of every Rollout or Relay (sg) run's full results: where the four objectives are
+    compared, whatever compute MLM and Relay have reached since."""
+    return sorted({(s, e) for o, s, _, protocol, e in found if o in ("rollout", "relay_sg") and protocol == "full"})
 
 
-def objectives_compared(found: dict, eq: int, set_names: dict[str, str]) -> list[str]:
-    """The four objectives at matched NFE, for each seed with a Rollout or Relay (sg) run: that seed's runs
-    only, so every objective is read on the same NFE budgets."""
+def objectives_compared(found: dict, set_names: dict[str, str]) -> list[str]:
+    """The four objectives at matched NFE, for each seed and compute with a Rollout or Relay (sg) run: that
+    seed's runs at that compute only, so every objective is read on the same NFE budgets."""
     from scripts.hard_study import matched
     text = []
-    for seed in seeds_with_extra_objectives(found, eq):
+    for seed, eq in extra_objective_points(found):
         text += ["", f"## The four objectives, seed {seed} ({eq:,} MLM-step equivalents, full protocol)",
                  matched(full_sweeps(found, eq, set_names, {seed}), MATCHED_BUDGETS)]
     return text
 
 
-def plot_objectives(found: dict, eq: int, set_names: dict[str, str], taus: list[float], path: str) -> None:
-    """The four objectives' accuracy-NFE frontiers of the first seed that has them (full protocol)."""
-    seed = seeds_with_extra_objectives(found, eq)[0]
+def plot_objectives(found: dict, set_names: dict[str, str], taus: list[float], path: str) -> None:
+    """The four objectives' accuracy-NFE frontiers of the first seed and compute that has them (full protocol)."""
+    seed, eq = extra_objective_points(found)[0]
     panels = {title: {NAMES[o]: [curve(sweeps[0])] for o, sweeps in by_objective.items()}
               for title, by_objective in full_sweeps(found, eq, set_names, {seed}).items()}
     colors = {NAMES[o]: c for o, c in sudoku.report.OBJECTIVE_COLORS.items()}
@@ -413,9 +414,10 @@ def report(out: str, figures: str, data_dir: str) -> None:
         plot_ladder(rows, os.path.join(figures, "standin_ladder.png"))
         text += ["", f"## Table 1's columns at τ = {HEADLINE_TAU:g} ({eq:,} MLM-step equivalents, full protocol: "
                  f"{protocol_text(FULL)})",
-                 "", table1(found, eq, set_names)] + objectives_compared(found, eq, set_names)
-        if seeds_with_extra_objectives(found, eq):
-            plot_objectives(found, eq, set_names, FULL["taus"], os.path.join(figures, "standin_objectives.png"))
+                 "", table1(found, eq, set_names)]
+    text += objectives_compared(found, set_names)
+    if extra_objective_points(found):
+        plot_objectives(found, set_names, FULL["taus"], os.path.join(figures, "standin_objectives.png"))
     body = "\n".join(text) + "\n"
     print(body)
     with open(os.path.join(out, "standin_study.md"), "w") as f:

@@ -153,11 +153,24 @@ def test_rollout_and_relay_sg_are_compared_with_their_own_seeds_pair(tmp_path):
     for run, acc in (("mlm_s1", (0.2, 0.4)), ("relay_s1", (0.3, 0.3)), ("mlm_s2", (0.9, 0.9)),
                      ("relay_s2", (0.9, 0.9)), ("rollout_s1", (0.1, 0.1)), ("relay_sg_s1", (0.5, 0.5))):
         write_result(tmp_path, run, "test", "full", 2000, points((10, acc[0]), (20, acc[1])))
-    text = "\n".join(R.objectives_compared(R.load(str(tmp_path)), 2000, {"test": "test"}))
+    text = "\n".join(R.objectives_compared(R.load(str(tmp_path)), {"test": "test"}))
     assert "## The four objectives, seed 1 (2,000" in text and "seed 2" not in text
     rows = {cells[0]: [numbers(c)[0] for c in cells[1:]] for cells in table_rows(text.split("**test**")[1], "| objective")}
     assert rows == {"MLM (1)": [20.0, 26.7, 33.3, 40.0], "Rollout (1)": [10.0] * 4, "Relay (sg) (1)": [50.0] * 4,
                     "Relay (1)": [30.0] * 4}
+
+
+def test_the_four_objectives_stay_at_the_compute_rollout_and_relay_sg_reached(tmp_path):
+    """MLM and Relay trained on to 24,000 after Rollout was evaluated at 12,000: the four objectives are still
+    compared at 12,000, with seed 1's MLM and Relay read at 12,000 too (0.2 -> 0.4, not the 90% they reach
+    at 24,000). Fails with the comparison made at the latest compute (checked)."""
+    for run, eq, acc in (("mlm_s1", 12000, (0.2, 0.4)), ("relay_s1", 12000, (0.3, 0.3)), ("mlm_s1", 24000, (0.9, 0.9)),
+                         ("relay_s1", 24000, (0.9, 0.9)), ("rollout_s1", 12000, (0.1, 0.1))):
+        write_result(tmp_path, run, "test", "full", eq, points((10, acc[0]), (20, acc[1])))
+    text = "\n".join(R.objectives_compared(R.load(str(tmp_path)), {"test": "test"}))
+    assert "## The four objectives, seed 1 (12,000" in text and "24,000" not in text
+    rows = {cells[0]: [numbers(c)[0] for c in cells[1:]] for cells in table_rows(text.split("**test**")[1], "| objective")}
+    assert rows == {"MLM (1)": [20.0, 26.7, 33.3, 40.0], "Rollout (1)": [10.0] * 4, "Relay (1)": [30.0] * 4}
 
 
 def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
