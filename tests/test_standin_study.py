@@ -155,7 +155,7 @@ def test_rollout_and_relay_sg_are_compared_with_their_own_seeds_pair(tmp_path):
         write_result(tmp_path, run, "test", "full", 2000, points((10, acc[0]), (20, acc[1])))
     text = "\n".join(R.objectives_compared(R.load(str(tmp_path)), {"test": "test"}))
     assert "## The four objectives, seed 1 (2,000" in text and "seed 2" not in text
-    rows = {cells[0]: [numbers(c)[0] for c in cells[1:]] for cells in table_rows(text.split("**test**")[1], "| objective")}
+    rows = matched_rows(tables_by_set(text)["test"])
     assert rows == {"MLM (1)": [20.0, 26.7, 33.3, 40.0], "Rollout (1)": [10.0] * 4, "Relay (sg) (1)": [50.0] * 4,
                     "Relay (1)": [30.0] * 4}
 
@@ -169,7 +169,7 @@ def test_the_four_objectives_stay_at_the_compute_rollout_and_relay_sg_reached(tm
         write_result(tmp_path, run, "test", "full", eq, points((10, acc[0]), (20, acc[1])))
     text = "\n".join(R.objectives_compared(R.load(str(tmp_path)), {"test": "test"}))
     assert "## The four objectives, seed 1 (12,000" in text and "24,000" not in text
-    rows = {cells[0]: [numbers(c)[0] for c in cells[1:]] for cells in table_rows(text.split("**test**")[1], "| objective")}
+    rows = matched_rows(tables_by_set(text)["test"])
     assert rows == {"MLM (1)": [20.0, 26.7, 33.3, 40.0], "Rollout (1)": [10.0] * 4, "Relay (1)": [30.0] * 4}
 
 
@@ -262,11 +262,21 @@ def table_rows(text: str, header_start: str) -> list[list[str]]:
     return rows
 
 
+def tables_by_set(text: str) -> dict[str, str]:
+    """The text after each "**<set title>**: exact match" heading, by set title."""
+    parts = re.split(r"\n\*\*(.+?)\*\*: exact match", text)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
 def report_sections(md: str) -> dict[str, str]:
     """The report's crossover tables by set title (the four objectives' matched tables further down carry the
     same set titles, so the split stops at the ladder)."""
-    parts = re.split(r"\n\*\*(.+?)\*\*: exact match", md.split("\n## Difficulty ladder")[0])
-    return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
+    return tables_by_set(md.split("\n## Difficulty ladder")[0])
+
+
+def matched_rows(table: str) -> dict[str, list[float]]:
+    """{objective: exact match at each NFE budget} of one four-objective matched-NFE table."""
+    return {cells[0]: [numbers(c)[0] for c in cells[1:]] for cells in table_rows(table, "| objective")}
 
 
 def test_the_kept_report_is_what_the_kept_results_give(tmp_path):
@@ -312,12 +322,9 @@ def test_readme_shows_the_reports_four_objectives():
     report's matched-NFE row. Fails with one README cell changed (checked)."""
     md = open(os.path.join(KEPT, "standin_study.md")).read()
     section = md.split("\n## The four objectives, seed 1 ")[1]
-    tables = re.split(r"\n\*\*(.+?)\*\*: exact match", section)
-    report = {}  # (set title, objective): (lowest, highest)
-    for title, text in zip(tables[1::2], tables[2::2]):
-        for cells in table_rows(text, "| objective"):
-            accuracies = [numbers(c)[0] for c in cells[1:]]
-            report[(title, cells[0].removesuffix(" (1)"))] = (min(accuracies), max(accuracies))
+    report = {(title, objective.removesuffix(" (1)")): (min(accuracies), max(accuracies))  # lowest, highest
+              for title, table in tables_by_set(section).items()
+              for objective, accuracies in matched_rows(table).items()}
     shown = table_rows(open(os.path.join(ROOT, "README.md")).read(), "| seed 1 at 12,000 equivalents")
     assert [cells[0] for cells in shown] == ["MLM", "Rollout", "Relay (sg)", "Relay"]
     for cells in shown:
