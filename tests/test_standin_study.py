@@ -244,6 +244,7 @@ def test_prebuilt_data_is_never_rebuilt(tmp_path, monkeypatch):
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEPT = os.path.join(ROOT, "results", "standin_study")
+RERUN = os.path.join(ROOT, "results", "standin_rerun")  # seed 2 retrained on another CPU (docs/standin.md)
 
 
 def numbers(text: str) -> list[float]:
@@ -279,13 +280,30 @@ def matched_rows(table: str) -> dict[str, list[float]]:
     return {cells[0]: [numbers(c)[0] for c in cells[1:]] for cells in table_rows(table, "| objective")}
 
 
-def test_the_kept_report_is_what_the_kept_results_give(tmp_path):
-    """results/standin_study/standin_study.md redrawn from the committed JSONs (into a copy): the same text,
-    so a result added without `--report_only` shows. Fails with one kept JSON's accuracy changed (checked)."""
+@pytest.mark.parametrize("kept", [KEPT, RERUN], ids=["study", "rerun"])
+def test_the_kept_report_is_what_the_kept_results_give(tmp_path, kept):
+    """standin_study.md redrawn from the committed JSONs (into a copy): the same text, so a result added
+    without `--report_only` shows. Fails with one kept JSON's accuracy changed (checked, in each folder)."""
     out = tmp_path / "standin_study"
-    shutil.copytree(KEPT, out)
+    shutil.copytree(kept, out)
     R.report(str(out), str(tmp_path / "figures"), str(tmp_path / "no_data"))  # puzzles.json stands in for the data
-    assert (out / "standin_study.md").read_text() == open(os.path.join(KEPT, "standin_study.md")).read()
+    assert (out / "standin_study.md").read_text() == open(os.path.join(kept, "standin_study.md")).read()
+
+
+def test_the_rerun_on_another_cpu_is_shown_as_kept():
+    """docs/standin.md's table of seed 2 trained on two CPUs carries τ = 0.15 exact match / NFE of both kept
+    JSON sets, in the order MLM then Relay, study (AMD) then rerun (Intel). Fails with one cell changed or
+    the two folders swapped (checked)."""
+    shown = table_rows(open(os.path.join(ROOT, "docs", "standin.md")).read(), "| puzzles | MLM, AMD EPYC")
+    assert [cells[0] for cells in shown] == ["Top1465 (200)", "test (400)", "test hard cohort (130)"]
+    for cells, set_name in zip(shown, ("Top1465", "test", "test hard cohort")):
+        expected = []
+        for run in ("mlm_s2", "relay_s2"):
+            for folder in (KEPT, RERUN):
+                with open(R.result_path(folder, run, set_name, "light", 2000)) as f:
+                    m = json.load(f)["checkpoints"][0]["results"]["all"]["0.15"]
+                expected.append(f"{100 * m['exact_match']:.1f}% / {m['batch1_nfe']:.1f}")
+        assert cells[1:] == expected, set_name
 
 
 def test_readme_shows_the_kept_report():
