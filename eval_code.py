@@ -47,6 +47,7 @@ import fastdllm.judge
 import fastdllm.sandbox
 from configurator import ConfigError, config_to_dict, load_config, print_config
 from common import pick_device
+from fastdllm.prompt import INSTRUCTION, RESPONSE, make_prompt  # noqa: F401 (INSTRUCTION, RESPONSE: part of this module's API)
 
 
 @dataclass
@@ -171,24 +172,6 @@ def load_samples(path: str, problems: list[dict], known_ids: set[str]) -> list[s
 
 # -----------------------------------------------------------------------------
 # prompt and post-processing (EvalPlus "instruct" recipe, docs/fastdllm.md)
-
-INSTRUCTION = "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
-RESPONSE = "Below is a Python script with a self-contained function that solves the problem and passes corresponding tests:"
-_SPLIT = "-[[SPLIT-HERE]]-"  # stands for the completion; the rendered template is cut there
-
-
-def make_prompt(task_prompt: str, tokenizer) -> str:
-    """The chat-formatted prompt, ending inside the assistant turn right after "```python\\n"."""
-    user = f"{INSTRUCTION}\n```\n{task_prompt.strip()}\n```\n"
-    assistant = f"{RESPONSE}\n```python\n{_SPLIT}\n```\n"
-    messages = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
-    else:  # EvalPlus would send the bare task; our models are chat models, so fall back to plain ChatML
-        text = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-                f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{assistant}")
-    return text.split(_SPLIT)[0]
-
 
 def _parse_prefix(code: str) -> tuple[ast.Module, str] | None:
     """Parse the longest prefix of whole lines that is valid Python (generation may stop mid-statement)."""
