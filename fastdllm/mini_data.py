@@ -27,6 +27,9 @@ import common
 from fastdllm import mini_corpus, tasks
 from fastdllm.prompt import training_messages
 
+SEED = 0  # the default --seed; the test tasks come from their own generator, seeded seed + TEST_OFFSET
+TEST_OFFSET = 2
+TEST_SEED = SEED + TEST_OFFSET  # the study's test tasks (scripts/mini_check.py rebuilds the held-out ones)
 OUTPUTS = ("adapt.jsonl", "tasks_train.jsonl", "test.jsonl", "train.bin", "heldout.bin", "corpus.json")
 
 
@@ -125,7 +128,7 @@ def build_tasks(args: argparse.Namespace, tokenizer, files: list[dict]) -> dict:
     pairs = [p for p in pairs if fits(tokenizer, p["messages"], args.max_tokens)]
     adapt = pairs + adapt_tasks
     random.Random(args.seed + 1).shuffle(adapt)
-    test = test_rows(args.n_test_each, train_comps, args.seed + 2, avoid)
+    test = test_rows(args.n_test_each, train_comps, args.seed + TEST_OFFSET, avoid)
     tasks.write_jsonl(tuning, os.path.join(out, "tasks_train.jsonl"))
     tasks.write_jsonl(adapt, os.path.join(out, "adapt.jsonl"))
     tasks.write_jsonl(test, os.path.join(out, "test.jsonl"))
@@ -149,7 +152,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n_adapt_tasks", type=int, default=8000, help="task rows in stage B's mixture")
     p.add_argument("--n_test_each", type=int, default=200, help="test tasks of held-out and of seen compositions, each")
     p.add_argument("--max_tokens", type=int, default=256, help="longest conversation under the chat template")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=SEED)
     args = p.parse_args(argv)
     for key, low in (("vocab_size", 300), ("n_tasks_train", 1), ("n_adapt_tasks", 1), ("n_test_each", 1),
                      ("max_tokens", 64), ("seed", 0)):

@@ -1,0 +1,328 @@
+"""The report of Table 2 in miniature (scripts/mini_study.py), from the kept result JSONs alone.
+
+    python scripts/mini_study.py --report_only        # same as: python scripts/mini_report.py results/mini_study
+
+One JSON per (model, step, protocol, tau): the eval_code.py summary and, per task, the base / plus verdicts and
+the NFE, so tasks can be paired. The report (out/mini_study.md, figures in --figures):
+- Table 2's columns: pass@1 base / plus and mean NFE at tau 0.85, mean +- s.d. over seeds, per split
+  (held-out compositions, seen compositions);
+- the primary outcomes, fixed before the runs: NFE at tau 0.85, and pass@1 at matched NFE, Relay - SFT, with
+  per-task paired standard errors (tasks are the unit; each task's difference averaged over the seeds);
+- NFE at matched pass@1; the accuracy-NFE frontier figure; the gap against fine-tuning compute (light protocol).
+pass@1 is the plus column (plus inputs alone, the authors' rule of Table 2) unless a table says base.
+"""
+import json
+import math
+import os
+import sys
+
+RESULT_KEYS = ("pass1_base", "pass1_plus_authors", "pass1_plus_evalplus", "mean_nfe")
+SPLITS = {"heldout": "held-out compositions", "seen": "seen compositions"}
+METHODS = {"base": "Fast-dLLM v2 (stage B)", "sft": "Vanilla SFT", "rollout": "Rollout", "relay_sg": "Relay (sg)",
+           "relay": "Relay"}
+TABLE_TAU = 0.85
+
+
+def result_path(out: str, model: str, step: int, tau: float, protocol: str) -> str:
+    return os.path.join(out, model, f"step_{step}_{protocol}_tau_{tau:g}.json")
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def compact(eval_dir: str, path: str, meta: dict) -> dict:
+    """eval_code.py's out_dir (results.json, samples.jsonl, judged.jsonl) as one small JSON at path."""
+    with open(os.path.join(eval_dir, "results.json")) as f:
+        summary = json.load(f)
+    nfe = {r["task_id"]: r["nfe"] for r in read_jsonl(os.path.join(eval_dir, "samples.jsonl"))}
+    judged = {r["task_id"]: r for r in read_jsonl(os.path.join(eval_dir, "judged.jsonl"))}
+    ids = sorted(nfe, key=lambda t: (t.split("/")[1], int(t.rsplit("/", 1)[1])))
+    record = dict(meta, **{k: summary[k] for k in RESULT_KEYS}, n=len(ids), task_ids=ids,
+                  base=[int(bool(judged[t]["base"])) for t in ids],
+                  plus=[int(bool(judged[t]["plus_inputs"])) for t in ids], nfe=[nfe[t] for t in ids])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f)
+    os.replace(path + ".tmp", path)
+    return record
+
+
+def load(out: str) -> list[dict]:
+    """Every kept result under out."""
+    found = []
+    for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        folder = os.path.join(out, model)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if name.endswith(".json"):
+                with open(os.path.join(folder, name)) as f:
+                    found.append(json.load(f))
+    return found
+
+
+# -----------------------------------------------------------------------------
+# one result, one split
+
+
+def select(r: dict, split: str, key: str) -> list[float]:
+    """The per-task values of `key` ("base", "plus", "nfe") over one split ("all" = every task)."""
+    return [v for t, v in zip(r["task_ids"], r[key]) if split == "all" or t.split("/")[1] == split]
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def sd(values: list[float]) -> float:
+    if len(values) < 2:
+        return math.nan
+    m = mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def rate(r: dict, split: str, key: str = "plus") -> float:
+    return 100 * mean(select(r, split, key))
+
+
+def print_gate(out: str) -> None:
+    for r in (r for r in load(out) if r["protocol"] == "gate"):
+        line = " | ".join(f"{s}: base {rate(r, s, 'base'):.1f}%, plus {rate(r, s):.1f}%, NFE {mean(select(r, s, 'nfe')):.1f}"
+                          for s in SPLITS)
+        inside = all(20 <= rate(r, s, "base") <= 80 for s in SPLITS)
+        print(f"gate (tau {r['tau']:g}, step {r['step']}): {line} -> {'in' if inside else 'OUTSIDE'} the 20-80% band")
+
+
+# -----------------------------------------------------------------------------
+# curves over tau and matched NFE
+
+
+def method_of(model: str) -> str:
+    return model.rsplit("_s", 1)[0] if "_s" in model and model.rsplit("_s", 1)[1].isdigit() else model
+
+
+def curves(results: list[dict], protocol: str) -> dict[tuple[str, int], list[dict]]:
+    """{(model, step): its results of one protocol, ordered by tau}."""
+    out: dict[tuple[str, int], list[dict]] = {}
+    for r in results:
+        if r["protocol"] == protocol:
+            out.setdefault((r["model"], r["step"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["tau"]) for k, v in out.items()}
+
+
+def at_nfe(curve: list[dict], split: str, budget: float, key: str = "plus") -> list[float] | None:
+    """Per-task scores at mean NFE `budget`: between the two taus whose mean NFE brackets it, each task's verdict
+    weighted as the curve's mean is (so their mean is the curve's linear interpolation); None outside the curve."""
+    points = sorted(curve, key=lambda r: mean(select(r, split, "nfe")))
+    nfes = [mean(select(r, split, "nfe")) for r in points]
+    if not points or not nfes[0] <= budget <= nfes[-1]:
+        return None
+    for i in range(len(points)):
+        j = min(i + 1, len(points) - 1)
+        if nfes[i] <= budget <= nfes[j]:
+            w = 0.0 if nfes[j] == nfes[i] else (budget - nfes[i]) / (nfes[j] - nfes[i])
+            return [(1 - w) * a + w * b for a, b in zip(select(points[i], split, key), select(points[j], split, key))]
+    return None
+
+
+def nfe_range(curve: list[dict], split: str) -> tuple[float, float]:
+    nfes = [mean(select(r, split, "nfe")) for r in curve]
+    return min(nfes), max(nfes)
+
+
+def paired(pairs: list[tuple[list[float], list[float]]]) -> tuple[float, float, float]:
+    """(mean difference b - a, its per-task paired s.e., the s.d. of the seeds' differences) over seed pairs of
+    per-task values on the same tasks: each task's difference is averaged over the seeds first."""
+    per_seed = [[b - a for a, b in zip(x, y)] for x, y in pairs]
+    per_task = [mean(list(d)) for d in zip(*per_seed)]
+    return mean(per_task), sd(per_task) / math.sqrt(len(per_task)), sd([mean(d) for d in per_seed])
+
+
+def seed_pairs(found: dict, step: int | None, a: str, b: str) -> list[tuple[list[dict], list[dict]]]:
+    """(curve of a, curve of b) for every seed both have (at `step`, or each one's last step)."""
+    def last(model: str) -> list[dict] | None:
+        steps = sorted(s for m, s in found if m == model)
+        chosen = step if step is not None else (steps[-1] if steps else None)
+        return found.get((model, chosen))
+    seeds = sorted({int(m.rsplit("_s", 1)[1]) for m, _ in found if method_of(m) == a})
+    return [(last(f"{a}_s{s}"), last(f"{b}_s{s}")) for s in seeds if last(f"{a}_s{s}") and last(f"{b}_s{s}")]
+
+
+def matched_budgets(pairs: list, split: str, k: int = 4) -> list[float]:
+    """k budgets spread over the NFE range every curve of every pair covers."""
+    ranges = [nfe_range(c, split) for pair in pairs for c in pair]
+    lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
+    if lo > hi:
+        return []
+    return [lo + (hi - lo) * i / (k - 1) for i in range(k)] if k > 1 and hi > lo else [lo]
+
+
+def matched_rows(pairs: list, split: str, key: str = "plus") -> list[tuple]:
+    """(budget, pass@1 of a, of b, difference, paired s.e., seed s.d.) at each matched budget."""
+    rows = []
+    for budget in matched_budgets(pairs, split):
+        scored = [(at_nfe(x, split, budget, key), at_nfe(y, split, budget, key)) for x, y in pairs]
+        d, se, spread = paired(scored)
+        rows.append((budget, 100 * mean([mean(x) for x, _ in scored]), 100 * mean([mean(y) for _, y in scored]),
+                     100 * d, 100 * se, 100 * spread))
+    return rows
+
+
+def nfe_at_pass(curve: list[dict], split: str, target: float) -> float | None:
+    """Mean NFE where the curve's pass@1 (plus, %) reaches target, interpolated between taus; None outside."""
+    points = sorted(curve, key=lambda r: rate(r, split))
+    for lo, hi in zip(points, points[1:]):
+        a, b = rate(lo, split), rate(hi, split)
+        if a <= target <= b:
+            w = 0.0 if a == b else (target - a) / (b - a)
+            return (1 - w) * mean(select(lo, split, "nfe")) + w * mean(select(hi, split, "nfe"))
+    return None
+
+
+def at_tau(curve: list[dict], tau: float) -> dict | None:
+    return next((r for r in curve if abs(r["tau"] - tau) < 1e-9), None)
+
+
+# -----------------------------------------------------------------------------
+# the report
+
+
+def fmt(values: list[float], digits: int = 1) -> str:
+    if not values:
+        return "-"
+    return f"{mean(values):.{digits}f}" + (f" ± {sd(values):.{digits}f}" if len(values) > 1 else "")
+
+
+def table2(found: dict) -> list[str]:
+    """Table 2's columns at TABLE_TAU, full protocol, each model's last step; mean +- s.d. over seeds."""
+    head = "| model | seeds | " + " | ".join(f"{n}: base | plus | NFE" for n in SPLITS.values()) + " |"
+    lines = [head, "|" + " --- |" * (2 + 3 * len(SPLITS))]
+    for method, label in METHODS.items():
+        models = sorted({m for m, _ in found if method_of(m) == method})
+        chosen = [at_tau(found[(m, max(s for mm, s in found if mm == m))], TABLE_TAU) for m in models]
+        chosen = [r for r in chosen if r is not None]
+        if not chosen:
+            continue
+        cells = []
+        for split in SPLITS:
+            cells += [fmt([rate(r, split, "base") for r in chosen]), fmt([rate(r, split) for r in chosen]),
+                      fmt([mean(select(r, split, "nfe")) for r in chosen])]
+        lines.append(f"| {label} | {len(chosen)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def primary(found: dict, a: str = "sft", b: str = "relay") -> list[str]:
+    """NFE at tau 0.85 (paired per task) and pass@1 at matched NFE, b - a, per split."""
+    pairs = seed_pairs(found, None, a, b)
+    if not pairs:
+        return []
+    lines = [f"{len(pairs)} seed pairs, each model's last kept step. Differences are {METHODS[b]} - {METHODS[a]}; "
+             "s.e. is per-task paired (each task's difference averaged over the seeds), s.d. is over the seeds.", ""]
+    for split, name in SPLITS.items():
+        tau_pairs = [(at_tau(x, TABLE_TAU), at_tau(y, TABLE_TAU)) for x, y in pairs]
+        if all(x and y for x, y in tau_pairs):
+            d, se, spread = paired([(select(x, split, "nfe"), select(y, split, "nfe")) for x, y in tau_pairs])
+            nfe_a = mean([mean(select(x, split, "nfe")) for x, _ in tau_pairs])
+            nfe_b = mean([mean(select(y, split, "nfe")) for _, y in tau_pairs])
+            lines.append(f"**{name}, NFE at tau {TABLE_TAU:g}:** {METHODS[a]} {nfe_a:.1f}, {METHODS[b]} {nfe_b:.1f}, "
+                         f"difference {d:+.1f} (s.e. {se:.1f}, seed s.d. {spread:.1f})")
+            lines.append("")
+        lines += [f"**{name}, pass@1 (plus) at matched NFE:**", "",
+                  f"| NFE | {METHODS[a]} | {METHODS[b]} | difference | s.e. | seed s.d. |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {n:.1f} | {x:.1f} | {y:.1f} | {d:+.1f} | {se:.1f} | {s:.1f} |"
+                  for n, x, y, d, se, s in matched_rows(pairs, split)] or ["| (the NFE ranges do not overlap) |"]
+        lines.append("")
+    return lines
+
+
+def nfe_at_matched_pass(found: dict, a: str = "sft", b: str = "relay") -> list[str]:
+    pairs = seed_pairs(found, None, a, b)
+    lines = []
+    for split, name in SPLITS.items():
+        rates = [rate(r, split) for pair in pairs for c in pair for r in c]
+        if not rates:
+            continue
+        lo = max(min(rate(r, split) for r in c) for pair in pairs for c in pair)
+        hi = min(max(rate(r, split) for r in c) for pair in pairs for c in pair)
+        if lo > hi:
+            lines.append(f"{name}: the pass@1 ranges do not overlap")
+            continue
+        for target in sorted({lo, (lo + hi) / 2, hi}):
+            xs = [nfe_at_pass(x, split, target) for x, _ in pairs]
+            ys = [nfe_at_pass(y, split, target) for _, y in pairs]
+            lines.append(f"{name}, pass@1 {target:.1f}%: NFE {METHODS[a]} {fmt([v for v in xs if v is not None])}, "
+                         f"{METHODS[b]} {fmt([v for v in ys if v is not None])}")
+    return lines
+
+
+def gap_over_compute(results: list[dict], a: str = "sft", b: str = "relay") -> list[str]:
+    """Light protocol at every kept step: b - a pass@1 (plus) at matched NFE and NFE at tau 0.85, per split."""
+    found = curves(results, "light")
+    steps = sorted({s for m, s in found if method_of(m) == a})
+    lines = ["| step | " + " | ".join(f"{n}: matched-NFE gap (s.e.) | NFE at 0.85, {METHODS[a]} / {METHODS[b]}"
+                                      for n in SPLITS.values()) + " |", "|" + " --- |" * (1 + 2 * len(SPLITS))]
+    for step in steps:
+        pairs = seed_pairs(found, step, a, b)
+        if not pairs:
+            continue
+        cells = []
+        for split in SPLITS:
+            rows = matched_rows(pairs, split)
+            mid = rows[len(rows) // 2] if rows else None
+            cells.append(f"{mid[3]:+.1f} ({mid[4]:.1f}) at NFE {mid[0]:.1f}" if mid else "-")
+            nfes = [(mean(select(at_tau(x, TABLE_TAU), split, "nfe")), mean(select(at_tau(y, TABLE_TAU), split, "nfe")))
+                    for x, y in pairs if at_tau(x, TABLE_TAU) and at_tau(y, TABLE_TAU)]
+            cells.append(f"{mean([p[0] for p in nfes]):.1f} / {mean([p[1] for p in nfes]):.1f}" if nfes else "-")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot_frontier(found: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colors = {"base": "0.5", "sft": "tab:blue", "rollout": "tab:green", "relay_sg": "tab:purple", "relay": "tab:red"}
+    fig, axes = plt.subplots(1, len(SPLITS), figsize=(11, 4.2))
+    for ax, (split, name) in zip(axes, SPLITS.items()):
+        for method, label in METHODS.items():
+            models = sorted({m for m, _ in found if method_of(m) == method})
+            for i, m in enumerate(models):
+                curve = found[(m, max(s for mm, s in found if mm == m))]
+                ax.plot([mean(select(r, split, "nfe")) for r in curve], [rate(r, split) for r in curve], "o-",
+                        color=colors[method], alpha=0.9 if i == 0 else 0.45, ms=3, label=label if i == 0 else None)
+        ax.set(title=name, xlabel="mean NFE per task", ylabel="pass@1 plus (%)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Table 2 in miniature: pass@1 against forward passes over tau (each seed one curve)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(out: str, figures: str | None = None) -> str:
+    results = load(out)
+    if not results:
+        print(f"no kept results in {out}")
+        return ""
+    print_gate(out)
+    found = curves(results, "full")
+    lines = ["# Table 2 in miniature: report", "", "Drawn by scripts/mini_report.py from the JSONs in this folder alone.", "",
+             f"## Table 2's columns (tau {TABLE_TAU:g}, full protocol, last kept step)", "", *table2(found), "",
+             "## Primary outcomes: NFE at tau 0.85 and pass@1 at matched NFE", "", *primary(found), "",
+             "## NFE at matched pass@1 (plus)", "", *nfe_at_matched_pass(found), "",
+             "## The gap against fine-tuning compute (light protocol)", "", *gap_over_compute(results), ""]
+    for extra in ("rollout", "relay_sg"):
+        if any(method_of(m) == extra for m, _ in found):
+            lines += [f"## {METHODS[extra]} against Vanilla SFT (seed 1)", "", *primary(found, "sft", extra), ""]
+    text = "\n".join(lines)
+    with open(os.path.join(out, "mini_study.md"), "w") as f:
+        f.write(text)
+    if found:
+        os.makedirs(figures or out, exist_ok=True)
+        plot_frontier(found, os.path.join(figures or out, "mini_frontier.png"))
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    report(sys.argv[1] if len(sys.argv) > 1 else "results/mini_study")

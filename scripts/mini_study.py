@@ -1,0 +1,273 @@
+"""Table 2 in miniature: the paper's Fast-dLLM v2 chain rebuilt small on real code, through the project's own code paths.
+
+    python scripts/mini_study.py                  # all of it, from nothing, resumable (2 cores: about 10 h)
+    python scripts/mini_study.py --report_only    # tables and figures from the kept results (--out)
+    python scripts/mini_study.py --gate           # the task's difficulty check (pass@1 at tau 0.99 in 20-80%?)
+    python scripts/mini_study.py --smoke          # toy sizes: the whole pipeline in a few minutes
+
+What it does, each step skipped when its output is there (a killed study resumes; docs/fastdllm_mini.md):
+0. the data: `python -m fastdllm.mini_data` (corpus, tokenizer, instruction mixture, tasks);
+A. pretraining: `scripts/pretrain_ar.py`, a 2.6M-parameter Qwen2 on the code corpus (the stand-in for Qwen2.5);
+B. adaptation: `train_fastdllm.py config/fastdllm_mini_adapt.py` (the Fast-dLLM v2 objective; the table's base row),
+   under torchrun with one process per lane;
+   A and B are kept as bf16 checkpoint directories in --kept (the repository's reference/mini/), and the next stage
+   always starts from the kept copy, so a study resumed on a fresh clone goes on from the same weights;
+C. fine-tunes from B, `train_fastdllm.py config/fastdllm_mini_<objective>.py`: vanilla SFT and Relay with each of
+   --seeds, then the --extra objectives with the first seed; equal steps x batch (equal compute, as in the paper);
+   --lanes at once, one thread each;
+D. evaluation: `eval_code.py` on the test tasks (block 32, sub-block 8): every kept step with the light protocol,
+   the last one (and B) with the full protocol; one small JSON per (model, step, tau) in --out;
+then the report (scripts/mini_report.py): Table 2's columns, the frontier, pass@1 at matched NFE, the gap against
+fine-tuning compute, in --out/mini_study.md. The final seed-1 SFT and Relay pair is kept in --kept too.
+"""
+import argparse
+import json
+import os
+import queue
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts import mini_report, runs  # noqa: E402
+
+PY = sys.executable
+OBJECTIVES = ("sft", "relay", "rollout", "relay_sg")
+CARRY = {"sft": False, "rollout": False, "relay_sg": True, "relay": True}  # decode with the relay carry
+FULL = {"taus": (0.5, 0.7, 0.85, 0.95, 0.99), "per_split": 200}
+LIGHT = {"taus": (0.7, 0.85, 0.99), "per_split": 100}
+GATE = {"taus": (0.99,), "per_split": 100}
+SMOKE_DATA = ["--n_tasks_train=400", "--n_adapt_tasks=200", "--n_test_each=8"]
+SMOKE_PRETRAIN = ["--max_iters=20", "--eval_interval=10", "--log_interval=5", "--warmup_iters=2", "--n_layer=2",
+                  "--n_embd=64", "--d_ff=128", "--batch_size=4", "--seq_len=64"]
+SMOKE_FINETUNE = ["--max_iters=4", "--save_interval=2", "--warmup_iters=1", "--lr_decay_iters=4", "--device_batch_size=2",
+                  "--effective_batch=0"]
+SMOKE_PROTOCOL = {"taus": (0.7, 0.99), "per_split": 4}
+EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=128", "--batch_size=32",
+             "--dtype=float32", "--device=cpu", "--workers=1", "--decode=authors"]
+
+
+def run_name(objective: str, seed: int) -> str:
+    return f"{objective}_s{seed}"
+
+
+def plan(seeds: list[int], extra: list[str]) -> list[tuple[str, int]]:
+    """The fine-tunes in the order the lanes take them: SFT and Relay seed by seed, then the extra objectives."""
+    return [(o, s) for s in seeds for o in ("sft", "relay")] + [(o, seeds[0]) for o in extra]
+
+
+def is_complete(ckpt_dir: str) -> bool:
+    return os.path.isfile(os.path.join(ckpt_dir, "manifest.json"))
+
+
+def keep(src: str, dst: str) -> None:
+    """A bf16 copy of the checkpoint directory src at dst (config, weights, tokenizer, manifest), written beside
+    and swapped in: what the next stage starts from, and what the repository keeps."""
+    import torch
+    import common
+    from fastdllm.model import load_fastdllm, save_fastdllm
+    model, tokenizer = load_fastdllm(src, dtype=torch.bfloat16)
+    with open(os.path.join(src, "manifest.json")) as f:
+        step = json.load(f).get("step", 0)
+    save_fastdllm(model, tokenizer, dst + ".tmp")
+    common.write_manifest(dst + ".tmp", {"step": step})
+    common.swap_in(dst + ".tmp", dst)
+    print(f"kept {src} as {dst} (bf16)")
+
+
+def stage_a(args: argparse.Namespace) -> None:
+    kept = os.path.join(args.kept, "pretrain")
+    if is_complete(kept):
+        return print(f"stage A: {kept} is kept, skipped")
+    out = os.path.join(args.runs, "pretrain")
+    resume = ["--resume=True"] if os.path.exists(os.path.join(out, "resume")) else []
+    runs.sh([PY, "scripts/pretrain_ar.py", f"--data_dir={args.data_dir}", f"--out_dir={out}", *args.pretrain_args,
+             *resume], log=os.path.join(args.runs, "pretrain.log"))
+    keep(os.path.join(out, "model"), kept)
+
+
+def last_ckpt(run_dir: str) -> str | None:
+    steps = kept_steps(run_dir)
+    return os.path.join(run_dir, f"ckpt-{steps[-1]}") if steps else None
+
+
+def kept_steps(run_dir: str) -> list[int]:
+    names = os.listdir(run_dir) if os.path.isdir(run_dir) else []
+    return sorted(int(n[5:]) for n in names if n.startswith("ckpt-") and n[5:].isdigit()
+                  and is_complete(os.path.join(run_dir, n)))
+
+
+def finetune(config: str, out: str, extra: list[str], lanes: int, log: str, echo: bool = True) -> None:
+    """train_fastdllm.py until its max_iters (resumed from out/resume when there is one), one process per lane."""
+    launch = [PY, "train_fastdllm.py"] if lanes == 1 else [PY, "-m", "torch.distributed.run", "--standalone",
+                                                             f"--nproc_per_node={lanes}", "train_fastdllm.py"]
+    resume = ["--resume=True"] if os.path.exists(os.path.join(out, "resume")) else []
+    done = os.path.join(out, "DONE.json")
+    if os.path.exists(done):
+        return
+    runs.sh(launch + [config, f"--out_dir={out}", *extra, *resume], log=log, echo=echo)
+    runs.write_marker(done, {"cmd": [config, *extra]})
+
+
+def stage_b(args: argparse.Namespace) -> None:
+    kept = os.path.join(args.kept, "adapt")
+    if is_complete(kept):
+        return print(f"stage B: {kept} is kept, skipped")
+    out = os.path.join(args.runs, "adapt")
+    per_process = max(1, 4 // args.lanes) if args.lanes in (1, 2, 4) else 1
+    extra = [f"--init_from={os.path.join(args.kept, 'pretrain')}", f"--data={args.data_dir}/adapt.jsonl",
+             f"--gradient_accumulation_steps={per_process}", *args.finetune_args]
+    if args.lanes not in (1, 2, 4):
+        extra.append("--effective_batch=0")
+    finetune("config/fastdllm_mini_adapt.py", out, extra, args.lanes, os.path.join(args.runs, "adapt.log"))
+    keep(last_ckpt(out), kept)
+
+
+def evaluate(model_dir: str, name: str, step: int, carry: bool, protocol: dict, label: str,
+             args: argparse.Namespace) -> None:
+    """eval_code.py at each tau of the protocol; each result compacted into one kept JSON (mini_report.result_path)."""
+    test = test_file(args, protocol["per_split"])
+    for tau in protocol["taus"]:
+        kept = mini_report.result_path(args.out, name, step, tau, label)
+        if os.path.exists(kept):
+            continue
+        out = os.path.join(args.runs, "eval", name, f"step_{step}", f"{label}_tau_{tau:g}")
+        runs.sh([PY, "eval_code.py", f"--model={model_dir}", f"--data_path={test}", f"--threshold={tau}",
+                 f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS],
+                log=os.path.join(args.runs, "eval", f"{name}.log"), echo=False)
+        mini_report.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=label, relay_carry=carry))
+
+
+def test_file(args: argparse.Namespace, per_split: int) -> str:
+    """The first per_split tasks of held-out and of seen compositions from the data's test.jsonl."""
+    path = os.path.join(args.runs, f"test_{per_split}.jsonl")
+    if not os.path.exists(path):
+        with open(os.path.join(args.data_dir, "test.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        chosen = [r for split in ("heldout", "seen") for r in [r for r in rows if r["split"] == split][:per_split]]
+        os.makedirs(args.runs, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in chosen)
+        os.replace(path + ".tmp", path)
+    return path
+
+
+def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: list) -> None:
+    """Take fine-tunes from the queue until it is empty: train one, then evaluate its kept steps."""
+    while not failures:
+        try:
+            objective, seed = todo.get_nowait()
+        except queue.Empty:
+            return
+        name = run_name(objective, seed)
+        out = os.path.join(args.runs, name)
+        say = lambda text: print(f"[lane {number}] {time.strftime('%H:%M')} {name}: {text}", flush=True)  # noqa: E731
+        try:
+            say(f"fine-tuning (log: {args.runs}/{name}.log)")
+            finetune(f"config/fastdllm_mini_{objective}.py", out,
+                     [f"--seed={seed}", f"--init_from={os.path.join(args.kept, 'adapt')}",
+                      f"--data={args.data_dir}/tasks_train.jsonl", *args.finetune_args],
+                     1, os.path.join(args.runs, f"{name}.log"), echo=False)
+            steps = kept_steps(out)
+            say(f"trained; evaluating steps {steps}")
+            for step in steps:
+                evaluate(os.path.join(out, f"ckpt-{step}"), name, step, CARRY[objective], args.light, "light", args)
+            evaluate(os.path.join(out, f"ckpt-{steps[-1]}"), name, steps[-1], CARRY[objective], args.full, "full", args)
+            if seed == args.seeds[0] and objective in ("sft", "relay"):
+                keep(os.path.join(out, f"ckpt-{steps[-1]}"), os.path.join(args.kept, name))
+            say(f"evaluated; results in {args.out}/{name}")
+        except SystemExit as e:  # a failed command: the other lanes stop taking new runs
+            failures.append(f"{name}: {e}")
+            say(f"FAILED: {e}")
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """The data, then stage A (what both the study and the gate start from)."""
+    runs.sh([PY, "-m", "fastdllm.mini_data", f"--out_dir={args.data_dir}", *(SMOKE_DATA if args.smoke else [])])
+    os.makedirs(os.path.join(args.runs, "eval"), exist_ok=True)
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))
+    stage_a(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
+    prepare(args)
+    stage_b(args)
+    evaluate(os.path.join(args.kept, "adapt"), "base", 0, False, args.full, "full", args)
+    todo: queue.Queue = queue.Queue()
+    for item in plan(args.seeds, args.extra):
+        todo.put(item)
+    failures: list[str] = []
+    threads = [threading.Thread(target=lane, args=(i + 1, todo, args, failures)) for i in range(args.lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit("the study stopped: " + "; ".join(failures))
+
+
+def gate(args: argparse.Namespace) -> None:
+    """SFT from the pretrained model straight on the task rows (16 per step), then pass@1 at tau 0.99 on 100 tasks of
+    held-out and 100 of seen compositions: the task is fit for the study when both land in 20-80%."""
+    if not args.gate_init:
+        prepare(args)
+    init = args.gate_init or os.path.join(args.kept, "pretrain")
+    out = os.path.join(args.runs, "gate")
+    os.makedirs(os.path.join(args.runs, "eval"), exist_ok=True)
+    per_process = max(1, 2 // args.lanes)
+    finetune("config/fastdllm_mini_adapt.py", out,
+             [f"--init_from={init}", f"--data={args.data_dir}/tasks_train.jsonl", f"--max_iters={args.gate_steps}",
+              f"--lr_decay_iters={args.gate_steps}", f"--save_interval={args.gate_steps}",
+              f"--gradient_accumulation_steps={per_process}", "--effective_batch=0", *args.finetune_args],
+             args.lanes, os.path.join(args.runs, "gate.log"))
+    evaluate(last_ckpt(out), "gate", args.gate_steps, False, SMOKE_PROTOCOL if args.smoke else GATE, "gate", args)
+    mini_report.print_gate(args.out)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--seeds", default="1,2,3", help="seeds of SFT and Relay")
+    p.add_argument("--extra", default="rollout,relay_sg", help="objectives fine-tuned once (first seed); '' for none")
+    p.add_argument("--lanes", type=int, default=2, help="runs at once (one per core)")
+    p.add_argument("--data_dir", default="data/mini")
+    p.add_argument("--runs", default="runs/mini")
+    p.add_argument("--kept", default="reference/mini", help="the kept bf16 checkpoints of stages A, B and the seed-1 pair")
+    p.add_argument("--out", default="results/mini_study", help="kept results and the report")
+    p.add_argument("--report_only", action="store_true")
+    p.add_argument("--gate", action="store_true", help="only the task's difficulty check")
+    p.add_argument("--gate_init", default="", help="the model the gate fine-tunes (default: the kept stage A)")
+    p.add_argument("--gate_steps", type=int, default=400, help="16 task rows per step")
+    p.add_argument("--smoke", action="store_true", help="toy sizes, in runs/mini-smoke")
+    args = p.parse_args(argv)
+    args.seeds = runs.int_list(args.seeds)
+    args.extra = [o.strip() for o in args.extra.split(",") if o.strip()]
+    bad = [o for o in args.extra if o not in OBJECTIVES]
+    if not args.seeds or bad or args.lanes < 1 or args.gate_steps < 1:
+        raise SystemExit("mini_study.py: need --seeds (at least one), --extra from " + ", ".join(OBJECTIVES)
+                         + ", --lanes >= 1 and --gate_steps >= 1")
+    args.full, args.light, args.pretrain_args, args.finetune_args = FULL, LIGHT, [], []
+    if args.smoke:
+        args.data_dir, args.runs = "data/mini-smoke", "runs/mini-smoke"
+        args.kept, args.out = "runs/mini-smoke/kept", "runs/mini-smoke/results"
+        args.full = args.light = SMOKE_PROTOCOL
+        args.pretrain_args, args.finetune_args = SMOKE_PRETRAIN, SMOKE_FINETUNE
+        args.gate_steps = 2
+    for key in ("data_dir", "runs", "kept", "out"):
+        if os.path.exists(getattr(args, key)) and not os.path.isdir(getattr(args, key)):
+            raise SystemExit(f"mini_study.py: --{key}={getattr(args, key)} is a file, not a directory")
+        setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.chdir(runs.ROOT)
+    if args.gate:
+        return gate(args)
+    if not args.report_only:
+        run_all(args)
+    mini_report.report(args.out)
+
+
+if __name__ == "__main__":
+    main()
