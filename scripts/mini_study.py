@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import queue
+import shutil
 import sys
 import threading
 import time
@@ -83,7 +84,14 @@ def stage_a(args: argparse.Namespace) -> None:
     resume = ["--resume=True"] if os.path.exists(os.path.join(out, "resume")) else []
     runs.sh([PY, "scripts/pretrain_ar.py", f"--data_dir={args.data_dir}", f"--out_dir={out}", *args.pretrain_args,
              *resume], log=os.path.join(args.runs, "pretrain.log"))
+    keep_log(out, "pretrain", args)
     keep(os.path.join(out, "model"), kept)
+
+
+def keep_log(run_dir: str, name: str, args: argparse.Namespace) -> None:
+    """The run's metrics.jsonl (losses, held-out perplexity, tokens/s) among the kept results."""
+    os.makedirs(os.path.join(args.out, name), exist_ok=True)
+    shutil.copyfile(os.path.join(run_dir, "metrics.jsonl"), os.path.join(args.out, name, "train_metrics.jsonl"))
 
 
 def last_ckpt(run_dir: str) -> str | None:
@@ -120,6 +128,7 @@ def stage_b(args: argparse.Namespace) -> None:
     if args.lanes not in (1, 2, 4):
         extra.append("--effective_batch=0")
     finetune("config/fastdllm_mini_adapt.py", out, extra, args.lanes, os.path.join(args.runs, "adapt.log"))
+    keep_log(out, "base", args)
     keep(last_ckpt(out), kept)
 
 
@@ -168,6 +177,7 @@ def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: l
                      [f"--seed={seed}", f"--init_from={os.path.join(args.kept, 'adapt')}",
                       f"--data={args.data_dir}/tasks_train.jsonl", *args.finetune_args],
                      1, os.path.join(args.runs, f"{name}.log"), echo=False)
+            keep_log(out, name, args)
             steps = kept_steps(out)
             say(f"trained; evaluating steps {steps}")
             for step in steps:
