@@ -59,13 +59,16 @@ def run(data_dir, out, *extra):
 def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(data_dir, tmp_path):
     run(data_dir, tmp_path / "whole", "--max_iters=6")
     run(data_dir, tmp_path / "split", "--max_iters=3")
+    with open(tmp_path / "split" / "metrics.jsonl", "a") as f:  # a run killed after logging step 4, before saving
+        f.write(json.dumps({"step": 4, "loss": 0.0}) + "\n")
     run(data_dir, tmp_path / "split", "--max_iters=6", "--resume=True")
     a, _ = load_fastdllm(str(tmp_path / "whole" / "model"), dtype=torch.float32)
     b, _ = load_fastdllm(str(tmp_path / "split" / "model"), dtype=torch.float32)
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(p, q), name
     records = [json.loads(line) for line in open(tmp_path / "split" / "metrics.jsonl")]
-    assert [r["step"] for r in records] == [2, 3, 4, 6]  # the resumed run's log goes on, nothing twice
+    assert [r["step"] for r in records] == [2, 3, 4, 6]  # the killed run's step 4 dropped, nothing twice
+    assert records[2]["loss"] != 0.0
 
 
 def test_the_checkpoint_is_one_stage_b_reads(data_dir, tmp_path):
