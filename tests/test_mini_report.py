@@ -1,0 +1,71 @@
+"""Table 2 in miniature, the report (scripts/mini_report.py): matched NFE, paired standard errors, the table, against
+values worked out by hand."""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import mini_report as R  # noqa: E402
+
+IDS = ["mini/heldout/0", "mini/heldout/1", "mini/seen/0", "mini/seen/1"]
+
+
+def result(model: str, tau: float, plus: list[int], nfe: list[float], base: list[int] | None = None, step: int = 200,
+           protocol: str = "full") -> dict:
+    return dict(model=model, step=step, tau=tau, protocol=protocol, task_ids=IDS, plus=plus, base=base or plus, nfe=nfe)
+
+
+def test_compact_keeps_the_authors_plus_rule_and_the_nfe_per_task(tmp_path):
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    (ev / "results.json").write_text(json.dumps(dict(pass1_base=50.0, pass1_plus_authors=50.0, pass1_plus_evalplus=25.0,
+                                                     mean_nfe=7.5)))
+    order = [IDS[3], IDS[0], IDS[2], IDS[1]]  # written in decoding order, kept in task order
+    (ev / "samples.jsonl").write_text("".join(json.dumps(dict(task_id=t, nfe=n)) + "\n" for t, n in zip(order, (4, 5, 6, 15))))
+    verdicts = {IDS[0]: (True, True), IDS[1]: (False, True), IDS[2]: (True, False), IDS[3]: (False, False)}
+    (ev / "judged.jsonl").write_text("".join(json.dumps(dict(task_id=t, base=b, plus_inputs=p, plus=b and p)) + "\n"
+                                             for t, (b, p) in verdicts.items()))
+    r = R.compact(str(ev), str(tmp_path / "kept" / "x.json"), dict(model="sft_s1"))
+    assert r["task_ids"] == IDS and r["nfe"] == [5, 15, 6, 4]
+    assert r["base"] == [1, 0, 1, 0] and r["plus"] == [1, 1, 0, 0]  # plus inputs alone, whatever base gave
+    assert json.loads((tmp_path / "kept" / "x.json").read_text()) == r
+
+
+def test_scores_at_a_matched_nfe_interpolate_each_task_like_the_curve():
+    # held-out tasks: tau 0.5 -> NFE 4 and 6 (mean 5), pass [0, 1]; tau 0.9 -> NFE 10 and 12 (mean 11), pass [1, 1]
+    curve = [result("m", 0.5, [0, 1, 0, 0], [4, 6, 9, 9]), result("m", 0.9, [1, 1, 0, 0], [10, 12, 9, 9])]
+    assert R.at_nfe(curve, "heldout", 7.0) == pytest.approx([1 / 3, 1.0])  # 7 is a third of the way from 5 to 11
+    assert R.at_nfe(curve, "heldout", 4.9) is None and R.at_nfe(curve, "heldout", 11.1) is None  # never extrapolated
+    assert R.at_nfe(curve, "heldout", 11.0) == pytest.approx([1.0, 1.0])
+
+
+def test_paired_differences_average_each_task_over_seeds_first():
+    pairs = [([0, 0, 1, 1], [1, 0, 1, 1]), ([0, 1, 1, 0], [1, 1, 1, 1])]
+    # per seed: [1, 0, 0, 0] and [1, 0, 0, 1]; per task over seeds: [1, 0, 0, 0.5]
+    d, se, spread = R.paired(pairs)
+    assert d == pytest.approx(0.375)
+    task_sd = math.sqrt(((0.625 ** 2) + 2 * (0.375 ** 2) + (0.125 ** 2)) / 3)
+    assert se == pytest.approx(task_sd / 2)
+    assert spread == pytest.approx(math.sqrt(2 * 0.125 ** 2))  # seed means 0.25 and 0.5
+
+
+def test_table2_gives_mean_and_sd_over_seeds_at_tau_0_85():
+    found = R.curves([result("sft_s1", 0.85, [1, 0, 1, 1], [10, 20, 30, 30]), result("sft_s2", 0.85, [1, 1, 0, 1], [20, 20, 30, 50]),
+                      result("sft_s1", 0.5, [0, 0, 0, 0], [1, 1, 1, 1]), result("base", 0.85, [0, 0, 1, 0], [8, 8, 8, 8], step=0)],
+                     "full")
+    rows = R.table2(found)
+    base = next(r for r in rows if r.startswith("| Fast-dLLM v2"))
+    assert base == "| Fast-dLLM v2 (stage B) | 1 | 0.0 | 0.0 | 8.0 | 50.0 | 50.0 | 8.0 |"
+    sft = next(r for r in rows if r.startswith("| Vanilla SFT"))
+    # held-out: pass 50 and 100 (mean 75, s.d. 35.4), NFE 15 and 20; seen: pass 100 and 50, NFE 30 and 40
+    assert sft == "| Vanilla SFT | 2 | 75.0 ± 35.4 | 75.0 ± 35.4 | 17.5 ± 3.5 | 75.0 ± 35.4 | 75.0 ± 35.4 | 35.0 ± 7.1 |"
+
+
+def test_nfe_at_a_matched_pass_rate_reads_the_curve_sideways():
+    curve = [result("m", 0.5, [0, 0, 1, 0], [2, 2, 5, 5]), result("m", 0.9, [0, 0, 1, 1], [2, 2, 9, 11])]
+    # seen split: pass 50% at NFE 5, 100% at NFE 10
+    assert R.nfe_at_pass(curve, "seen", 75.0) == pytest.approx(7.5)
+    assert R.nfe_at_pass(curve, "seen", 40.0) is None
