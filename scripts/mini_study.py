@@ -53,8 +53,9 @@ def run_name(objective: str, seed: int) -> str:
 
 
 def plan(seeds: list[int], extra: list[str]) -> list[tuple[str, int]]:
-    """The fine-tunes in the order the lanes take them: SFT and Relay seed by seed, then the extra objectives."""
-    return [(o, s) for s in seeds for o in ("sft", "relay")] + [(o, seeds[0]) for o in extra]
+    """The jobs in the order the lanes take them: the base model's evaluation (("base", 0), so that no lane waits
+    for it), then the fine-tunes, SFT and Relay seed by seed, then the extra objectives."""
+    return [("base", 0)] + [(o, s) for s in seeds for o in ("sft", "relay")] + [(o, seeds[0]) for o in extra]
 
 
 def is_complete(ckpt_dir: str) -> bool:
@@ -162,12 +163,19 @@ def test_file(args: argparse.Namespace, per_split: int) -> str:
 
 
 def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: list) -> None:
-    """Take fine-tunes from the queue until it is empty: train one, then evaluate its kept steps."""
+    """Take jobs from the queue until it is empty: evaluate the base model, or train one fine-tune and then
+    evaluate its kept steps."""
     while not failures:
         try:
             objective, seed = todo.get_nowait()
         except queue.Empty:
             return
+        if objective == "base":
+            try:
+                evaluate(os.path.join(args.kept, "adapt"), "base", 0, False, args.full, "full", args)
+            except SystemExit as e:
+                failures.append(f"base: {e}")
+            continue
         name = run_name(objective, seed)
         out = os.path.join(args.runs, name)
         say = lambda text: print(f"[lane {number}] {time.strftime('%H:%M')} {name}: {text}", flush=True)  # noqa: E731
@@ -202,7 +210,6 @@ def prepare(args: argparse.Namespace) -> None:
 def run_all(args: argparse.Namespace) -> None:
     prepare(args)
     stage_b(args)
-    evaluate(os.path.join(args.kept, "adapt"), "base", 0, False, args.full, "full", args)
     todo: queue.Queue = queue.Queue()
     for item in plan(args.seeds, args.extra):
         todo.put(item)
