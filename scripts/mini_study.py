@@ -5,7 +5,7 @@
     python scripts/mini_study.py --gate           # the task's difficulty check (pass@1 at tau 0.99 in 20-80%?)
     python scripts/mini_study.py --smoke          # toy sizes: the whole pipeline in a few minutes
 
-What it does, each step skipped when its output is there (a killed study resumes; docs/fastdllm_mini.md):
+What it does, each step skipped when its output is there (a killed study resumes; docs/table2_miniature.md):
 0. the data: `python -m fastdllm.mini_data` (corpus, tokenizer, instruction mixture, tasks);
 A. pretraining: `scripts/pretrain_ar.py`, a 2.6M-parameter Qwen2 on the code corpus (the stand-in for Qwen2.5);
 B. adaptation: `train_fastdllm.py config/fastdllm_mini_adapt.py` (the Fast-dLLM v2 objective; the table's base row),

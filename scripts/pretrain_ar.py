@@ -1,5 +1,5 @@
 """Stage A of Table 2 in miniature: a small Qwen2 pretrained autoregressively on real code (the stand-in for
-Qwen2.5; docs/fastdllm_mini.md).
+Qwen2.5; docs/table2_miniature.md).
 
     python -m fastdllm.mini_data --out_dir=data/mini                          # corpus, tokenizer, tasks
     python scripts/pretrain_ar.py --data_dir=data/mini --out_dir=runs/mini/pretrain

@@ -26,8 +26,12 @@ def presets() -> list[str]:
     return sorted(os.path.relpath(p, ROOT) for p in paths if not os.path.basename(p).startswith("base_"))
 
 
+def bases() -> list[str]:
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "config", "base_*.py")))
+
+
 def config_class(preset: str):
-    if os.path.basename(preset).startswith("fastdllm_"):
+    if os.path.basename(preset).startswith(("fastdllm_", "base_fastdllm")):
         from train_fastdllm import TrainConfig
     else:
         from train_sudoku import TrainConfig
@@ -75,7 +79,7 @@ def test_presets_hold_only_their_differences():
     (checked by adding batch_size = 512 to config/relay_tied.py and n_layer = 4 to config/base_cpu.py).
     The keys that say what a preset is (IDENTITY) are stated even when they equal the default."""
     restated = {p: [k for k, v in own_assignments(p).items() if k not in IDENTITY and inherited(p).get(k, object()) == v]
-                for p in presets() + [os.path.join("config", b) for b in ("base_table1.py", "base_cpu.py")]}
+                for p in presets() + bases()}
     assert not any(restated.values()), {p: ks for p, ks in restated.items() if ks}
 
 
