@@ -40,22 +40,12 @@ def sh(cmd: list[str], log: str | None = None, echo: bool = True) -> None:
                          + (f" (full output in {log})" if log else ""))
 
 
-def train_has(key: str) -> bool:
-    """Does train_sudoku.py's TrainConfig have this key?"""
-    import dataclasses
-    from train_sudoku import TrainConfig
-    return key in {f.name for f in dataclasses.fields(TrainConfig)}
-
-
 def budget_args(minutes: float | None, iters: int | None) -> list[str]:
-    """Overrides for a training budget: wall-clock minutes (needs train_sudoku's max_minutes) or steps."""
+    """Overrides for a training budget: wall-clock minutes (train_sudoku's max_minutes) or steps."""
     if (minutes is None) == (iters is None):
         raise SystemExit("give exactly one budget: minutes or iters")
     if iters is not None:
         return [f"--max_iters={iters}"]
-    if not train_has("max_minutes"):
-        raise SystemExit("train_sudoku.py has no max_minutes key for a wall-clock budget: use the *_iters "
-                         "options instead (a step budget)")
     return [f"--max_minutes={minutes}", "--max_iters=100000000"]
 
 
