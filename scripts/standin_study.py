@@ -14,8 +14,9 @@ What it does, each step skipped when its output is already there (so a killed st
    forward passes) and keeps its EMA weights every --keep_every equivalents (kept/step_N.safetensors).
    --lanes runs at once, each with the machine's cores shared out (one thread per lane on 2 cores);
 3. the evaluations, one `sample.py` call per (kept weights, puzzle set): every kept step with the light
-   protocol (fewer puzzles and τs), the last one also with the full protocol; each JSON is kept in --out;
-4. the report: the crossover figure (accuracy at matched NFE against training compute), the difficulty
+   protocol (fewer puzzles and τs), the last one also with the full protocol; each JSON is kept in --out
+   (the sets, protocols and layout: scripts/standin_protocol.py);
+4. the report, `scripts/standin_report.py` (always redrawn): the crossover figure (accuracy at matched NFE against training compute), the difficulty
    ladder (Relay - MLM per rating and clue band) and Table 1's columns, in --out/standin_study.md.
 """
 import argparse
@@ -28,13 +29,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from scripts import runs  # noqa: E402
-from scripts import standin_report  # noqa: E402
+from scripts.standin_protocol import FULL, LIGHT, SETS, result_path  # noqa: E402
 
 FORWARDS = {"mlm": 1, "rollout": 2, "relay_sg": 2, "relay": 2}  # forward passes per optimizer step (K = 2)
-# (puzzle file in data_dir, n puzzles) per set and protocol; n = 0: all of them
-SETS = {"Top1465": "top1465.parquet", "test": "test.parquet", "test hard cohort": "test_hard.parquet"}
-LIGHT = {"taus": (0.02, 0.05, 0.15, 0.25), "n": {"Top1465": 200, "test": 400, "test hard cohort": 130}}
-FULL = {"taus": (0.01, 0.02, 0.05, 0.10, 0.15, 0.25), "n": {"Top1465": 500, "test": 1000, "test hard cohort": 0}}
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--eval_puzzles=16",
                "--log_interval=5", "--warmup_iters=5"]
 SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=100"]
@@ -69,7 +66,7 @@ def evaluate(run_dir: str, objective: str, step: int, protocol: str, args: argpa
     spec = SMOKE_PROTOCOL if args.smoke else LIGHT if protocol == "light" else FULL
     equivalents = step * FORWARDS[objective]
     for name, file in SETS.items():
-        out = standin_report.result_path(args.out, os.path.basename(run_dir), name, protocol, equivalents)
+        out = result_path(args.out, os.path.basename(run_dir), name, protocol, equivalents)
         if os.path.exists(out):
             continue
         os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -190,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     os.chdir(runs.ROOT)
     if not args.report_only:
         run_all(args)
-    standin_report.report(args.out, args.figures, args.data_dir)
+    runs.sh([sys.executable, "scripts/standin_report.py", f"--out={args.out}", f"--figures={args.figures}",
+             f"--data_dir={args.data_dir}"])
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ import shutil
 import numpy as np
 import pytest
 
+from scripts import standin_protocol as P
 from scripts import standin_report as R
 from scripts import standin_study as S
 
 
 def write_result(out, run: str, set_name: str, protocol: str, eq: int, sweep: dict) -> None:
     """A sample.py --out file whose only cohort has `sweep`: {τ key: metrics}."""
-    path = R.result_path(str(out), run, set_name, protocol, eq)
+    path = P.result_path(str(out), run, set_name, protocol, eq)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"checkpoints": [{"results": {"all": sweep}}]}, f)
@@ -300,7 +301,7 @@ def test_the_rerun_on_another_cpu_is_shown_as_kept():
         expected = []
         for run in ("mlm_s2", "relay_s2"):
             for folder in (KEPT, RERUN):
-                with open(R.result_path(folder, run, set_name, "light", 2000)) as f:
+                with open(P.result_path(folder, run, set_name, "light", 2000)) as f:
                     m = json.load(f)["checkpoints"][0]["results"]["all"]["0.15"]
                 expected.append(f"{100 * m['exact_match']:.1f}% / {m['batch1_nfe']:.1f}")
         assert cells[1:] == expected, set_name
