@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
                    "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
-    objectives = runs.objective_list(args.objectives)
+    objectives = runs.objective_list(args.objectives, "--objectives")
     buffers = [b.strip() for b in args.buffers.split(",") if b.strip()]
     if not buffers or set(buffers) - {"cold", "staggered"}:
         raise SystemExit(f"--buffers: use cold, staggered or cold,staggered, got {args.buffers!r}")

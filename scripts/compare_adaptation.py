@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
                    "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
-    seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
+    seeds, objectives = runs.int_list(args.seeds, "--seeds"), runs.objective_list(args.objectives, "--objectives")
     train_args, data_args = shlex.split(args.train_args), []
     if args.smoke:
         args.runs = args.runs if args.runs != "runs/adapt" else "runs/adapt_smoke"

@@ -195,16 +195,37 @@ def checkpoint_step(run_dir: str) -> int:
         raise SystemExit(str(e)) from None
 
 
-def int_list(text: str) -> list[int]:
+def int_list(text: str, flag: str) -> list[int]:
+    """A flag's comma-separated integers, each once; one line naming the flag otherwise."""
     try:
-        return [int(t) for t in text.split(",") if t.strip()]
+        out = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise SystemExit(f"expected comma-separated integers, got {text!r}") from None
+        raise SystemExit(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if len(set(out)) < len(out):
+        raise SystemExit(f"{flag}: each value once, got {text!r}")
+    return out
 
 
-def objective_list(text: str) -> list[str]:
+def objective_list(text: str, flag: str) -> list[str]:
+    """A flag's comma-separated objectives, each once; one line naming the flag otherwise."""
     out = [t.strip() for t in text.split(",") if t.strip()]
     bad = [o for o in out if o not in OBJECTIVES]
     if bad or not out:
-        raise SystemExit(f"unknown objective(s) {bad}: choose from {', '.join(OBJECTIVES)}")
+        raise SystemExit(f"{flag}: unknown objective(s) {bad}: choose from {', '.join(OBJECTIVES)}")
+    if len(set(out)) < len(out):
+        raise SystemExit(f"{flag}: each objective once, got {text!r}")
     return out
+
+
+def check_folder(path: str, flag: str) -> None:
+    """Stop in one line naming the flag unless `path` is, or can be made, a folder this user writes in
+    (checked before any work: a driver runs for hours before it first writes there). Writes nothing."""
+    full = os.path.abspath(path)
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == full else f"is under the file {existing}"
+        raise SystemExit(f"{flag}={path} {where}, not a folder")
+    if not os.access(existing, os.W_OK):
+        raise SystemExit(f"{flag}={path}: {existing} is not writable")

@@ -420,6 +420,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--figures", default="", help="where the figures go (default: --out)")
     p.add_argument("--data_dir", default="data/sudoku-standin", help="the study's data (else out/puzzles.json)")
     a = p.parse_args(argv)
+    from scripts.runs import check_folder
+    for flag, path in (("--out", a.out), ("--figures", a.figures or a.out)):
+        check_folder(path, flag)
     report(a.out, a.figures or a.out, a.data_dir)
 
 
