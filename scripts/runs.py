@@ -6,6 +6,7 @@ Every run is a `python train_sudoku.py config/cpu_<objective>.py ...` subprocess
 nothing a user could not type by hand; the commands are echoed as they start.
 """
 import json
+import math
 import os
 import shlex
 import shutil
@@ -43,7 +44,7 @@ def sh(cmd: list[str], log: str | None = None, echo: bool = True) -> None:
 def budget_args(minutes: float | None, iters: int | None) -> list[str]:
     """Overrides for a training budget: wall-clock minutes (train_sudoku's max_minutes) or steps."""
     if (minutes is None) == (iters is None):
-        raise SystemExit("give exactly one budget: minutes or iters")
+        raise SystemExit("give one training budget, in minutes or in steps (--minutes or --iters), not both")
     if iters is not None:
         return [f"--max_iters={iters}"]
     return [f"--max_minutes={minutes}", "--max_iters=100000000"]
@@ -195,15 +196,27 @@ def checkpoint_step(run_dir: str) -> int:
         raise SystemExit(str(e)) from None
 
 
-def int_list(text: str, flag: str) -> list[int]:
-    """A flag's comma-separated integers, each once; one line naming the flag otherwise."""
+def seed_list(text: str, flag: str) -> list[int]:
+    """A flag's comma-separated training seeds (integers >= 0, each once); one line naming the flag otherwise."""
     try:
         out = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise SystemExit(f"{flag}: expected comma-separated integers, got {text!r}") from None
-    if len(set(out)) < len(out):
-        raise SystemExit(f"{flag}: each value once, got {text!r}")
+    if not out or min(out) < 0 or len(set(out)) < len(out):
+        raise SystemExit(f"{flag}: give one or more seeds >= 0, each once, got {text!r}")
     return out
+
+
+def need(ok: bool, flag: str, rule: str, value) -> None:
+    """Stop in one line naming the flag unless ok (write ok so that NaN fails it)."""
+    if not ok:
+        raise SystemExit(f"{flag} must be {rule}, got {value!r}")
+
+
+def check_budget(flag: str, value: float | None, minutes: bool) -> None:
+    """A training budget flag, when given: a finite number of minutes > 0, or a step count >= 1."""
+    if value is not None:
+        need(0 < value < math.inf if minutes else value >= 1, flag, "a finite number > 0" if minutes else ">= 1", value)
 
 
 def objective_list(text: str, flag: str) -> list[str]:

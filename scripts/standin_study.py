@@ -152,11 +152,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report_only", action="store_true", help="train and evaluate nothing: report the kept results")
     p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data and model, 40 equivalents)")
     args = p.parse_args(argv)
-    args.seeds = runs.int_list(args.seeds, "--seeds")
+    args.seeds = runs.seed_list(args.seeds, "--seeds")
     args.extra = runs.objective_list(args.extra, "--extra") if args.extra.strip() else []
     args.train_args = args.train_args.split()
-    if not args.seeds:
-        raise SystemExit("--seeds: give at least one seed")
     if {"mlm", "relay"} & set(args.extra):
         raise SystemExit(f"--extra: MLM and Relay are trained with every seed already; got {','.join(args.extra)}")
     for key, full, smoke in (("equivalents", 12000, 40), ("keep_every", 2000, 20), ("eval_every", 1000, 20)):
