@@ -332,6 +332,11 @@ def check_run_dir(out_dir: str, patterns: tuple[str, ...], resume: bool, overwri
     run holds, or (without resume/overwrite) one that holds a run a fresh start would destroy."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise SystemExit(f"out_dir={out_dir} is a file, not a directory; choose another out_dir")
+    above = os.path.dirname(os.path.abspath(out_dir))
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise SystemExit(f"out_dir={out_dir} is under the file {above}; choose another out_dir")
     holder = lock_holder(out_dir)
     if holder is not None:
         raise SystemExit(in_use(out_dir, holder))

@@ -149,6 +149,7 @@ def check_ranges(cfg: TrainConfig) -> None:
         need(0 <= getattr(cfg, key) < 1, key, "in [0, 1)")
     need(0 <= cfg.ema_decay <= 1, "ema_decay", "in [0, 1] (0 = no EMA)")
     need(cfg.out_dir.strip() != "", "out_dir", "a directory path")
+    need(cfg.eval_split in sudoku.data.SPLITS, "eval_split", "train, val or test")
     need(DEVICE_NAMES.fullmatch(cfg.device) is not None, "device", "auto, cpu, cuda, cuda:N or mps")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device={cfg.device} but this torch has no usable CUDA device; use --device=cpu or auto")
