@@ -225,7 +225,7 @@ def _decode(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progre
     for b_start in _blocks(range(st.b0, st.x.shape[1] // bs * bs, bs), progress):  # the authors' extra position is no block
         if next_logit is not None:
             _first_token(st, b_start, next_logit, opt)
-        _denoise_block(model, st, b_start, opt)
+        _denoise_block(st, b_start, opt)
         if not _finish_rows(st, b_start + bs, opt):
             break
         next_logit = st.fwd.cache_block(st.x, b_start).logits[:, -1]
@@ -260,7 +260,7 @@ def _greedy_next(logit: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logit.masked_fill(torch.arange(logit.shape[-1], device=logit.device) == mask_id, float("-inf")).argmax(-1)
 
 
-def _denoise_block(model, st: _Batch, b_start: int, opt: _Settings) -> None:
+def _denoise_block(st: _Batch, b_start: int, opt: _Settings) -> None:
     """Decode the block sub-block by sub-block until no MASK is left. The relay carry is h_s of the latest
     forward, by block position, reset per block. batch_invariant: each row keeps that of its own latest
     forward (rows that waited, with no MASK in the active sub-block, keep theirs, since their forward
