@@ -327,11 +327,24 @@ def run_files(out_dir: str, patterns: tuple[str, ...]) -> list[str]:
     return sorted(name for name in os.listdir(out_dir) if any(fnmatch.fnmatch(name, p) for p in patterns))
 
 
+def folder_problem(path: str) -> str | None:
+    """Why `path` cannot be a directory to write in ("is a file, not a directory", "is under the file F"),
+    or None; checked before any work, nothing written."""
+    full = os.path.abspath(path)
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return "is a file, not a directory" if existing == full else f"is under the file {existing}"
+    return None
+
+
 def check_run_dir(out_dir: str, patterns: tuple[str, ...], resume: bool, overwrite: bool, resume_path: str) -> None:
     """Refuse, before any work, an out_dir this run must not write to: a file, a directory another live
     run holds, or (without resume/overwrite) one that holds a run a fresh start would destroy."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise SystemExit(f"out_dir={out_dir} is a file, not a directory; choose another out_dir")
+    problem = folder_problem(out_dir)
+    if problem:
+        raise SystemExit(f"out_dir={out_dir} {problem}; choose another out_dir")
     holder = lock_holder(out_dir)
     if holder is not None:
         raise SystemExit(in_use(out_dir, holder))

@@ -31,6 +31,7 @@ fastdllm/data.py.)
 import argparse
 import functools
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -105,10 +106,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for key in ("n_train", "n_val", "n_test"):
         if getattr(args, key) is not None and getattr(args, key) < 0:
             p.error(f"--{key} must be >= 0")
+    if args.source == "standin" and args.n_test == 0:
+        p.error("--n_test must be >= 1 with --source=standin (test_hard.parquet is its test split's hard cohort)")
+    if args.seed < 0:
+        p.error(f"--seed must be >= 0 (it seeds numpy's generators), got {args.seed}")
     if args.source == "file" and not args.path:
         p.error("--source=file needs --path=<csv / parquet / jsonl / txt file>")
+    if args.path and args.source != "file":
+        p.error(f"--path is read by --source=file only (--source={args.source} would ignore your puzzles)")
     if args.path and not os.path.isfile(args.path):
         p.error(f"--path={args.path}: no such file")
+    problem = out_dir_problem(args.out_dir)
+    if problem:
+        p.error(f"--out_dir={args.out_dir}: {problem}")
     if args.drop_overlap and args.source != "hf":
         p.error("--drop_overlap is for --source=hf: every other source always drops overlaps")
     if args.hard and args.source != "generate":
@@ -121,9 +131,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.derive_splits = [x.strip() for x in args.derive_splits.split(",") if x.strip()]
     if not args.derive_splits or set(args.derive_splits) - {*SPLITS, "top1465"}:
         p.error(f"--derive_splits: choose from train, val, test, top1465, got {','.join(args.derive_splits)}")
-    if args.derive_timeout <= 0 or args.workers < 1:
-        p.error("--derive_timeout must be > 0 and --workers >= 1")
+    if not 0 < args.derive_timeout < math.inf:
+        p.error(f"--derive_timeout must be a finite number of seconds > 0, got {args.derive_timeout}")
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
     return args
+
+
+def out_dir_problem(path: str) -> str | None:
+    """Why the data cannot be written to `path` (checked before the build: it can take hours), or None."""
+    full = os.path.abspath(path)
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return "is a file, not a folder" if existing == full else f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 def _cache_key(args: argparse.Namespace) -> dict:
@@ -135,6 +160,8 @@ def _cache_key(args: argparse.Namespace) -> dict:
     if args.source == "standin":
         key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.board.GENERATOR_VERSION,
                    standin=sudoku.standin.VERSION, hard_source=sudoku.standin.hard_source())
+        if key["hard_source"] == "generator":  # the hard share then holds --augment copies of each train seed
+            key["augment"] = args.augment
     if args.source == "generate":
         key.update(min_clues=args.min_clues, max_clues=args.max_clues, generator=sudoku.board.GENERATOR_VERSION)
         if args.hard:

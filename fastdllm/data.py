@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 import torch
 from tqdm import tqdm
 
+import common
 from fastdllm.model import CHAT_TEMPLATE, HUB_ID
 
 LEAK_PATTERNS = ("humaneval", "human_eval", "mbpp", "evalplus", "math-500", "math500")
@@ -257,6 +258,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no_require_code_def", action="store_true", help="keep code answers without 'def '")
     p.add_argument("--seed", type=int, default=42)
     args = p.parse_args(argv)
+    for key, low in (("code_rows", 0), ("math_rows", 0), ("toy_rows", 1), ("max_tokens", 1), ("seed", 0)):
+        if getattr(args, key) < low:
+            p.error(f"--{key} must be >= {low}, got {getattr(args, key)}")
+    if args.source == "hub" and args.code_rows + args.math_rows == 0:
+        p.error("--code_rows and --math_rows are both 0: no rows to build")
+    problem = common.folder_problem(args.out_dir)
+    if problem:
+        p.error(f"--out_dir={args.out_dir} {problem}")
     try:
         tokenizer = load_tokenizer(args.tokenizer)
         if args.source == "hub":

@@ -170,8 +170,7 @@ class _Batch:
     plen: torch.Tensor  # (B,) prompt lengths
     last: torch.Tensor  # (B,) batch_invariant: the last position a prompt may generate (its max_new_tokens-th)
     b0: int  # the first block decoded: the complete prompt blocks before it are shared by every row
-    cache: BlockKVCache | None
-    graphs: BlockGraphs | None  # cuda_graph=True: the static-shape block forward (and its cache) instead of `cache`
+    fwd: "_PlainForwards | BlockGraphs"  # the model's forwards and their cache, chosen once (cuda_graph or not)
     nfe: torch.Tensor  # (B,) Table 2's NFE
     stop_at: torch.Tensor  # (B,) absolute position of the first stop token committed, -1 = none yet
     tokens: list  # (B,) the answer of each prompt, once its row is done
@@ -194,10 +193,12 @@ def _new_batch(model, prompts: list[list[int]], max_new_tokens: int, prefix_cach
     for r, p in enumerate(prompts):
         x[r, :len(p)] = torch.tensor(p, dtype=torch.long, device=device)
     plen = torch.tensor([len(p) for p in prompts], device=device)
+    if opt.cuda_graph:  # the static-shape forwards with their own cache (fastdllm/graphs.py)
+        fwd = BlockGraphs(model, B, total, bs, capture=device.type == "cuda")
+    else:
+        fwd = _PlainForwards(model, BlockKVCache(model.config.num_hidden_layers, total) if prefix_cache else None, bs)
     return _Batch(x=x, rows=torch.arange(B, device=device), plen=plen, last=plen + max_new_tokens - 1,
-                  b0=min(len(p) for p in prompts) // bs * bs,
-                  cache=BlockKVCache(model.config.num_hidden_layers, total) if prefix_cache and not opt.cuda_graph else None,
-                  graphs=BlockGraphs(model, B, total, bs, capture=device.type == "cuda") if opt.cuda_graph else None,
+                  b0=min(len(p) for p in prompts) // bs * bs, fwd=fwd,
                   nfe=torch.zeros(B, dtype=torch.long, device=device),
                   stop_at=torch.full((B,), -1, dtype=torch.long, device=device), tokens=[None] * B)
 
@@ -218,14 +219,16 @@ def _decode(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progre
     block joins the cache (docs/fastdllm.md, "Decoding: the two modes", for what the authors' procedure does)."""
     bs = opt.bs
     st = _new_batch(model, prompts, max_new_tokens, prefix_cache, opt)
-    next_logit = _prefill(model, st, st.b0, bs)
+    # the complete prompt blocks every row shares go into the cache in one forward; its last logit predicts
+    # block b0's first token (no block shared: none)
+    next_logit = st.fwd.prefill(st.x, st.b0) if st.b0 > 0 else None
     for b_start in _blocks(range(st.b0, st.x.shape[1] // bs * bs, bs), progress):  # the authors' extra position is no block
         if next_logit is not None:
             _first_token(st, b_start, next_logit, opt)
-        _denoise_block(model, st, b_start, opt)
+        _denoise_block(st, b_start, opt)
         if not _finish_rows(st, b_start + bs, opt):
             break
-        next_logit = _cache_block(model, st, b_start, bs).logits[:, -1]
+        next_logit = st.fwd.cache_block(st.x, b_start).logits[:, -1]
     else:  # only the authors' block count runs out with rows left (batch_invariant's last block ends every row)
         _first_token(st, st.x.shape[1] - 1, next_logit, opt)
         for i, r in enumerate(st.rows.tolist()):  # the block limit: every decoded token plus the next block's first
@@ -257,7 +260,7 @@ def _greedy_next(logit: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logit.masked_fill(torch.arange(logit.shape[-1], device=logit.device) == mask_id, float("-inf")).argmax(-1)
 
 
-def _denoise_block(model, st: _Batch, b_start: int, opt: _Settings) -> None:
+def _denoise_block(st: _Batch, b_start: int, opt: _Settings) -> None:
     """Decode the block sub-block by sub-block until no MASK is left. The relay carry is h_s of the latest
     forward, by block position, reset per block. batch_invariant: each row keeps that of its own latest
     forward (rows that waited, with no MASK in the active sub-block, keep theirs, since their forward
@@ -279,7 +282,7 @@ def _denoise_block(model, st: _Batch, b_start: int, opt: _Settings) -> None:
             # start is never MASK, so s = 0 needs no extra position), the authors' lo must hold a token
             partial = opt.sub_block_cache and _sub_block_only(st, opt, lo, block_keys, sub_forwards)
             q0, end = ((lo - 1 if s > 0 and opt.batch_invariant else lo), hi) if partial else (b_start, b_end)
-            out = _denoise_forward(model, st, opt, b_start, q0, end, hbuf, has_carry, active)
+            out = st.fwd.denoise(st.x, b_start, q0, end, hbuf, has_carry, active)
             block_keys, sub_forwards = block_keys or not partial, sub_forwards + 1
             sub_logits = shift_logits(out.logits)[:, lo - q0:hi - q0]  # (b, S, V), a fresh tensor
             counted = active & (st.stop_at[st.rows] < 0)  # NFE: unfinished, with something left to decode
@@ -309,28 +312,6 @@ def _sub_block_only(st: _Batch, opt: _Settings, lo: int, block_keys: bool, sub_f
     return block_keys and not (st.x[:, lo] == opt.mask_id).any()
 
 
-def _denoise_forward(model, st: _Batch, opt: _Settings, b_start: int, q0: int, end: int,
-                     hbuf: torch.Tensor | None, has_carry: torch.Tensor, active: torch.Tensor):
-    """One denoising forward over [q0, end) (without the cache: [0, end)), each row with its own carry.
-    A row that starts decoding in this block only now (its prompt ended in a later sub-block) must get no
-    relay, as if decoded alone; a zero carry would not do (LN(0) = beta), so those rows run separately."""
-    if st.graphs is not None:  # one forward: the carry is gated per row (q0 is b_start: no sub-block cache)
-        carry = opt.relay_carry and bool(has_carry.any())
-        return st.graphs.block(st.x, b_start, shift_hidden(hbuf) if carry else None, has_carry)
-    start, b_end = (q0 if st.cache is not None else 0), b_start + opt.bs
-    relay_h = None
-    if opt.relay_carry and (active & has_carry).any():
-        relay_h = shift_hidden(hbuf)[:, q0 - b_start:end - b_start]  # aligned with positions q0..end-1
-    if relay_h is None or not (active & ~has_carry).any():
-        return _forward(model, st.cache, st.x, start, end, opt.bs, relay_h=relay_h, block_end=b_end, keep_from=q0)
-    out = _Merged()
-    for rows_sub, h in ((torch.nonzero(~has_carry).flatten(), None), (torch.nonzero(has_carry).flatten(), relay_h)):
-        part = _forward(model, st.cache, st.x, start, end, opt.bs, relay_h=None if h is None else h[rows_sub],
-                        block_end=b_end, rows=rows_sub, keep_from=q0)
-        out.put(rows_sub, part, st.x.shape[0])
-    return out
-
-
 def _finish_rows(st: _Batch, b_end: int, opt: _Settings) -> bool:
     """Rows that committed the stop token (batch_invariant: or whose last position is in this block) are done
     and leave the batch. False when no row is left."""
@@ -353,22 +334,49 @@ def _finish_rows(st: _Batch, b_end: int, opt: _Settings) -> bool:
 # the forwards and their bookkeeping
 
 
-def _prefill(model, st: _Batch, b0: int, bs: int) -> torch.Tensor | None:
-    """The complete prompt blocks [0, b0) every row shares go into the cache in one forward. Returns the
-    logit of position b0-1 (it predicts block b0's first token); None when no block is shared."""
-    if b0 == 0:
-        return None
-    if st.graphs is not None:
-        return st.graphs.prefill(st.x, b0)
-    return _forward(model, st.cache, st.x, 0, b0, bs, commit=True, keep_from=b0 - 1).logits[:, -1]
+class _PlainForwards:
+    """The model's forwards during decoding, without CUDA graphs: against the prefix cache (fastdllm/cache.py),
+    or recomputing the sequence up to the active block (cache None). fastdllm/graphs.py's BlockGraphs makes
+    the same four calls at fixed shapes; _new_batch picks one of the two for the whole generate() call."""
 
+    def __init__(self, model, cache: BlockKVCache | None, bs: int):
+        self.model, self.cache, self.bs = model, cache, bs
 
-def _cache_block(model, st: _Batch, b_start: int, bs: int) -> FastDLLMOutput:
-    """The clean block's keys and values join the prefix cache (no relay: the carry never enters this
-    forward); the output's last logit predicts the next block's first token."""
-    if st.graphs is not None:
-        return st.graphs.block(st.x, b_start)
-    return _forward(model, st.cache, st.x, b_start, b_start + bs, bs, commit=True, keep_from=b_start + bs - 1)
+    def prefill(self, x: torch.Tensor, b0: int) -> torch.Tensor:
+        """The complete prompt blocks [0, b0) every row shares into the cache in one forward; returns the
+        logit of position b0-1 (it predicts block b0's first token)."""
+        return _forward(self.model, self.cache, x, 0, b0, self.bs, commit=True, keep_from=b0 - 1).logits[:, -1]
+
+    def denoise(self, x: torch.Tensor, b_start: int, q0: int, end: int, hbuf: torch.Tensor | None,
+                has_carry: torch.Tensor, active: torch.Tensor) -> FastDLLMOutput:
+        """One denoising forward over [q0, end) (without the cache: [0, end)), each row with its own carry
+        (hbuf (b, bs, d), None before the block's first forward or without relay_carry). A row that starts
+        decoding in this block only now (its prompt ended in a later sub-block) must get no relay, as if
+        decoded alone; a zero carry would not do (LN(0) = beta), so those rows run separately."""
+        start, b_end = (q0 if self.cache is not None else 0), b_start + self.bs
+        relay_h = None
+        if hbuf is not None and (active & has_carry).any():
+            relay_h = shift_hidden(hbuf)[:, q0 - b_start:end - b_start]  # aligned with positions q0..end-1
+        if relay_h is None or not (active & ~has_carry).any():
+            return _forward(self.model, self.cache, x, start, end, self.bs, relay_h=relay_h, block_end=b_end,
+                            keep_from=q0)
+        out = _Merged()
+        for rows_sub, h in ((torch.nonzero(~has_carry).flatten(), None), (torch.nonzero(has_carry).flatten(), relay_h)):
+            part = _forward(self.model, self.cache, x, start, end, self.bs, relay_h=None if h is None else h[rows_sub],
+                            block_end=b_end, rows=rows_sub, keep_from=q0)
+            out.put(rows_sub, part, x.shape[0])
+        return out
+
+    def cache_block(self, x: torch.Tensor, b_start: int) -> FastDLLMOutput:
+        """The clean block's keys and values join the prefix cache (no relay: the carry never enters this
+        forward); the output's last logit predicts the next block's first token."""
+        return _forward(self.model, self.cache, x, b_start, b_start + self.bs, self.bs, commit=True,
+                        keep_from=b_start + self.bs - 1)
+
+    def keep_rows(self, keep: torch.Tensor) -> None:
+        """Finished rows leave: the cache keeps the rows `keep`, in that order."""
+        if self.cache is not None:
+            self.cache.select(keep)
 
 
 def _commit(st: _Batch, sub_logits: torch.Tensor, masked: torch.Tensor, lo: int, hi: int, opt: _Settings):
@@ -394,10 +402,7 @@ def _keep_rows(st: _Batch, keep: torch.Tensor) -> bool:
         return False
     if keep.numel() < st.rows.numel():
         st.x, st.rows = st.x[keep], st.rows[keep]
-        if st.cache is not None:
-            st.cache.select(keep)
-        if st.graphs is not None:
-            st.graphs.keep_rows(keep)
+        st.fwd.keep_rows(keep)
     return True
 
 

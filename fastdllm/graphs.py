@@ -28,7 +28,7 @@ check it against the plain path (tests/test_fastdllm_graphs.py).
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from fastdllm.model import FastDLLM, FastDLLMOutput, block_causal_mask
+from fastdllm.model import FastDLLM, FastDLLMOutput, block_causal_mask, shift_hidden
 
 SPAN_STEP = 512  # the attention's span grows in steps of this many positions (a graph per span)
 
@@ -75,6 +75,18 @@ class StaticBlockCache(Cache):
         self.write_pos = torch.zeros(0, dtype=torch.long, device=device)
         super().__init__(layers=[_StaticLayer(self, shape, dtype, device) for _ in range(config.num_hidden_layers)])
 
+    def denoise(self, x: torch.Tensor, b_start: int, q0: int, end: int, hbuf: torch.Tensor | None,
+                has_carry: torch.Tensor, active: torch.Tensor) -> FastDLLMOutput:
+        """A denoising forward of the whole block (q0, end are its bounds: no sub-block cache here), one
+        forward for every row: the carry hbuf (b, bs, d) goes to the rows in has_carry, gated per row."""
+        carry = hbuf is not None and bool(has_carry.any())
+        return self.block(x, b_start, shift_hidden(hbuf) if carry else None, has_carry)
+
+    def cache_block(self, x: torch.Tensor, b_start: int) -> FastDLLMOutput:
+        """The clean block's keys and values into the cache (no carry); the last logit predicts the next block's
+        first token."""
+        return self.block(x, b_start)
+
     def keep_rows(self, keep: torch.Tensor) -> None:
         """The rows `keep` move to the front of every buffer, in that order (the others are dropped)."""
         n = keep.numel()
@@ -84,7 +96,8 @@ class StaticBlockCache(Cache):
 
 
 class BlockGraphs:
-    """The static-shape block forward of one generate() call (see the module docstring).
+    """The static-shape block forward of one generate() call (see the module docstring): the four calls
+    decoding makes (prefill, denoise, cache_block, keep_rows), as fastdllm/generate.py's plain ones.
 
     batch: the rows at the start; capacity: the decoded sequence's length (the cache's size)."""
 
@@ -131,6 +144,18 @@ class BlockGraphs:
         span = min(self.capacity, -(-(b_start + self.bs) // SPAN_STEP) * SPAN_STEP)
         out = self._run(self._row_count(b), span)
         return FastDLLMOutput(logits=out.logits[:b], hidden=out.hidden[:b])
+
+    def denoise(self, x: torch.Tensor, b_start: int, q0: int, end: int, hbuf: torch.Tensor | None,
+                has_carry: torch.Tensor, active: torch.Tensor) -> FastDLLMOutput:
+        """A denoising forward of the whole block (q0, end are its bounds: no sub-block cache here), one
+        forward for every row: the carry hbuf (b, bs, d) goes to the rows in has_carry, gated per row."""
+        carry = hbuf is not None and bool(has_carry.any())
+        return self.block(x, b_start, shift_hidden(hbuf) if carry else None, has_carry)
+
+    def cache_block(self, x: torch.Tensor, b_start: int) -> FastDLLMOutput:
+        """The clean block's keys and values into the cache (no carry); the last logit predicts the next block's
+        first token."""
+        return self.block(x, b_start)
 
     def keep_rows(self, keep: torch.Tensor) -> None:
         """Finished rows leave: the rows `keep` move to the front (their cache rows with them)."""

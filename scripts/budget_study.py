@@ -141,10 +141,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
                    "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
-    objectives = runs.objective_list(args.objectives)
+    objectives = runs.objective_list(args.objectives, "--objectives")
     buffers = [b.strip() for b in args.buffers.split(",") if b.strip()]
     if not buffers or set(buffers) - {"cold", "staggered"}:
         raise SystemExit(f"--buffers: use cold, staggered or cold,staggered, got {args.buffers!r}")
+    runs.check_budget("--minutes", args.minutes, minutes=True)
+    runs.check_budget("--iters", args.iters, minutes=False)
+    if args.minutes is not None and args.iters is not None:
+        raise SystemExit("--minutes and --iters: give one training budget, not both")
+    runs.need(args.eval_interval >= 1, "--eval_interval", ">= 1 (the study plots the validation records)",
+              args.eval_interval)
+    if args.smoke:  # its own budget: a given one would be replaced
+        given = [f"--{k}" for k in ("minutes", "iters") if getattr(args, k) is not None]
+        if given:
+            raise SystemExit(f"{given[0]}: --smoke sets its own budget (20 steps); drop one of them")
+    seeds = runs.seed_list(args.seed, "--seed")
+    for key in ("runs", "data_dir"):
+        runs.check_folder(getattr(args, key), f"--{key}")
     train_args, data_args = shlex.split(args.train_args), []
     if args.smoke:
         args.runs = args.runs if args.runs != "runs/budget" else "runs/budget_smoke"
@@ -155,12 +168,6 @@ def main(argv: list[str] | None = None) -> None:
         args.minutes = 60.0
     run_dir, data_dir = os.path.abspath(args.runs), os.path.abspath(args.data_dir)
 
-    try:
-        seeds = [int(x) for x in args.seed.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"--seed: give integers, comma-separated, got {args.seed!r}") from None
-    if not seeds:
-        raise SystemExit("--seed: give at least one seed")
     plan = [(o, b, s) for s in seeds for o in objectives for b in (["cold"] if o == "mlm" else buffers)]
     names = {(o, b, s): NAMES[o] + ("" if o == "mlm" else f", {b}") + (f", seed {s}" if len(seeds) > 1 else "")
              for o, b, s in plan}

@@ -51,7 +51,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
                    "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
-    seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
+    seeds, objectives = runs.seed_list(args.seeds, "--seeds"), runs.objective_list(args.objectives, "--objectives")
+    for key in ("parent_minutes", "minutes"):
+        runs.check_budget(f"--{key}", getattr(args, key), minutes=True)
+    for key in ("parent_iters", "iters", "mlm_iters"):
+        runs.check_budget(f"--{key}", getattr(args, key), minutes=False)
+    if args.smoke:  # its own budgets: a given one would be replaced
+        given = [f"--{k}" for k in ("parent_minutes", "minutes", "parent_iters", "iters") if getattr(args, k) is not None]
+        if given:
+            raise SystemExit(f"{given[0]}: --smoke sets its own budgets (30 + 20 steps); drop one of them")
+    runs.need(args.n >= 1, "--n", ">= 1", args.n)
+    runs.need(args.warmup_iters >= 0, "--warmup_iters", ">= 0", args.warmup_iters)
+    for key in ("runs", "data_dir"):
+        runs.check_folder(getattr(args, key), f"--{key}")
     train_args, data_args = shlex.split(args.train_args), []
     if args.smoke:
         args.runs = args.runs if args.runs != "runs/adapt" else "runs/adapt_smoke"

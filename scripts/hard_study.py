@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--only", default="", help="comma-separated run names: evaluate and report only these "
                    "(one process per core, each with its own runs, evaluates in parallel)")
     args = p.parse_args(argv)
+    runs.need(args.n >= 0, "--n", ">= 0 (0: all)", args.n)
     out = args.out or os.path.join(args.runs, "study")
+    runs.check_folder(out, "--out")
     found = finished_runs(args.runs, out)
     if args.only:
         only = set(args.only.split(","))

@@ -41,7 +41,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--replace_runs", action="store_true", help="delete and retrain a run directory that holds a run "
                    "of a different command (default: stop with a message naming the differing arguments)")
     args = p.parse_args(argv)
-    seeds, objectives = runs.int_list(args.seeds), runs.objective_list(args.objectives)
+    seeds, objectives = runs.seed_list(args.seeds, "--seeds"), runs.objective_list(args.objectives, "--objectives")
+    runs.need(args.n >= 1, "--n", ">= 1", args.n)
+    runs.check_budget("--minutes", args.minutes, minutes=True)
+    if args.smoke and args.minutes is not None:
+        raise SystemExit("--minutes: --smoke trains every run for its own 20 steps; drop one of them")
+    for key in ("runs", "data_dir"):
+        runs.check_folder(getattr(args, key), f"--{key}")
     train_args, data_args = shlex.split(args.train_args), []
     if args.smoke:
         args.runs = args.runs if args.runs != "runs/cpu" else "runs/cpu_smoke"

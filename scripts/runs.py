@@ -6,6 +6,7 @@ Every run is a `python train_sudoku.py config/cpu_<objective>.py ...` subprocess
 nothing a user could not type by hand; the commands are echoed as they start.
 """
 import json
+import math
 import os
 import shlex
 import shutil
@@ -40,22 +41,12 @@ def sh(cmd: list[str], log: str | None = None, echo: bool = True) -> None:
                          + (f" (full output in {log})" if log else ""))
 
 
-def train_has(key: str) -> bool:
-    """Does train_sudoku.py's TrainConfig have this key?"""
-    import dataclasses
-    from train_sudoku import TrainConfig
-    return key in {f.name for f in dataclasses.fields(TrainConfig)}
-
-
 def budget_args(minutes: float | None, iters: int | None) -> list[str]:
-    """Overrides for a training budget: wall-clock minutes (needs train_sudoku's max_minutes) or steps."""
+    """Overrides for a training budget: wall-clock minutes (train_sudoku's max_minutes) or steps."""
     if (minutes is None) == (iters is None):
-        raise SystemExit("give exactly one budget: minutes or iters")
+        raise SystemExit("give one training budget, in minutes or in steps (--minutes or --iters), not both")
     if iters is not None:
         return [f"--max_iters={iters}"]
-    if not train_has("max_minutes"):
-        raise SystemExit("train_sudoku.py has no max_minutes key for a wall-clock budget: use the *_iters "
-                         "options instead (a step budget)")
     return [f"--max_minutes={minutes}", "--max_iters=100000000"]
 
 
@@ -205,16 +196,49 @@ def checkpoint_step(run_dir: str) -> int:
         raise SystemExit(str(e)) from None
 
 
-def int_list(text: str) -> list[int]:
+def seed_list(text: str, flag: str) -> list[int]:
+    """A flag's comma-separated training seeds (integers >= 0, each once); one line naming the flag otherwise."""
     try:
-        return [int(t) for t in text.split(",") if t.strip()]
+        out = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise SystemExit(f"expected comma-separated integers, got {text!r}") from None
+        raise SystemExit(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not out or min(out) < 0 or len(set(out)) < len(out):
+        raise SystemExit(f"{flag}: give one or more seeds >= 0, each once, got {text!r}")
+    return out
 
 
-def objective_list(text: str) -> list[str]:
+def need(ok: bool, flag: str, rule: str, value) -> None:
+    """Stop in one line naming the flag unless ok (write ok so that NaN fails it)."""
+    if not ok:
+        raise SystemExit(f"{flag} must be {rule}, got {value!r}")
+
+
+def check_budget(flag: str, value: float | None, minutes: bool) -> None:
+    """A training budget flag, when given: a finite number of minutes > 0, or a step count >= 1."""
+    if value is not None:
+        need(0 < value < math.inf if minutes else value >= 1, flag, "a finite number > 0" if minutes else ">= 1", value)
+
+
+def objective_list(text: str, flag: str) -> list[str]:
+    """A flag's comma-separated objectives, each once; one line naming the flag otherwise."""
     out = [t.strip() for t in text.split(",") if t.strip()]
     bad = [o for o in out if o not in OBJECTIVES]
     if bad or not out:
-        raise SystemExit(f"unknown objective(s) {bad}: choose from {', '.join(OBJECTIVES)}")
+        raise SystemExit(f"{flag}: unknown objective(s) {bad}: choose from {', '.join(OBJECTIVES)}")
+    if len(set(out)) < len(out):
+        raise SystemExit(f"{flag}: each objective once, got {text!r}")
     return out
+
+
+def check_folder(path: str, flag: str) -> None:
+    """Stop in one line naming the flag unless `path` is, or can be made, a folder this user writes in
+    (checked before any work: a driver runs for hours before it first writes there). Writes nothing."""
+    full = os.path.abspath(path)
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == full else f"is under the file {existing}"
+        raise SystemExit(f"{flag}={path} {where}, not a folder")
+    if not os.access(existing, os.W_OK):
+        raise SystemExit(f"{flag}={path}: {existing} is not writable")

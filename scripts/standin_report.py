@@ -3,15 +3,13 @@ figure, the difficulty ladder and Table 1's columns (scripts/standin_study.py ru
 
     python scripts/standin_study.py --report_only          # or: python scripts/standin_report.py
 
-Layout of the kept results: <out>/<run>/<set>/<protocol>_<equivalents>.json, one sample.py --out file
-(with --per_puzzle) per run, puzzle set, protocol (light: every kept step; full: the last) and training
-compute in MLM-step equivalents; <out>/puzzles.json holds the rating and clue count of each set's
+The kept results are laid out as scripts/standin_protocol.py says (one sample.py --out file per run, puzzle
+set, protocol and training compute); <out>/puzzles.json holds the rating and clue count of each set's
 puzzles in the order they were scored (no puzzles), so the ladder redraws without the data.
 """
 import json
 import math
 import os
-import re
 import sys
 
 import numpy as np
@@ -19,23 +17,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sudoku.frontier  # noqa: E402
 import sudoku.report  # noqa: E402
+from scripts.standin_protocol import FILE, FULL, LIGHT, RUN, SETS, slug  # noqa: E402
 from sudoku.frontier import Point  # noqa: E402
 
 NAMES = sudoku.report.OBJECTIVE_NAMES
 HEADLINE_TAU = 0.15
-RUN = re.compile(r"^(mlm|rollout|relay_sg|relay)_s(\d+)$")
-FILE = re.compile(r"^(light|full)_(\d+)\.json$")
 RATING_BANDS = ((0, 0), (1, 10), (11, 50), (51, 100), (101, 200), (201, None))  # this solver's backtracks
 CLUE_BANDS = ((17, 23), (24, 26), (27, 30), (31, 45))
 MATCHED_BUDGETS = 4  # NFE budgets spread over the range every compared curve covers
-
-
-def slug(name: str) -> str:
-    return re.sub(r"\W+", "_", name).strip("_").lower()
-
-
-def result_path(out: str, run: str, set_name: str, protocol: str, equivalents: int) -> str:
-    return os.path.join(out, run, slug(set_name), f"{protocol}_{equivalents}.json")
 
 
 # -----------------------------------------------------------------------------
@@ -387,7 +376,6 @@ def protocol_text(spec: dict) -> str:
 
 
 def report(out: str, figures: str, data_dir: str) -> None:
-    from scripts.standin_study import FULL, LIGHT, SETS  # the protocols (imported here: that module imports this one)
     found = load(out)
     if not found:
         raise SystemExit(f"no kept results in {out}: run the study first (scripts/standin_study.py)")
@@ -425,11 +413,18 @@ def report(out: str, figures: str, data_dir: str) -> None:
     print(f"wrote {out}/standin_study.md and the figures in {figures}")
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
     import argparse
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="results/standin_study")
-    p.add_argument("--figures", default="")
-    p.add_argument("--data_dir", default="data/sudoku-standin")
-    a = p.parse_args()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--out", default="results/standin_study", help="the kept results; the report is written here")
+    p.add_argument("--figures", default="", help="where the figures go (default: --out)")
+    p.add_argument("--data_dir", default="data/sudoku-standin", help="the study's data (else out/puzzles.json)")
+    a = p.parse_args(argv)
+    from scripts.runs import check_folder
+    for flag, path in (("--out", a.out), ("--figures", a.figures or a.out)):
+        check_folder(path, flag)
     report(a.out, a.figures or a.out, a.data_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -14,8 +14,9 @@ What it does, each step skipped when its output is already there (so a killed st
    forward passes) and keeps its EMA weights every --keep_every equivalents (kept/step_N.safetensors).
    --lanes runs at once, each with the machine's cores shared out (one thread per lane on 2 cores);
 3. the evaluations, one `sample.py` call per (kept weights, puzzle set): every kept step with the light
-   protocol (fewer puzzles and τs), the last one also with the full protocol; each JSON is kept in --out;
-4. the report: the crossover figure (accuracy at matched NFE against training compute), the difficulty
+   protocol (fewer puzzles and τs), the last one also with the full protocol; each JSON is kept in --out
+   (the sets, protocols and layout: scripts/standin_protocol.py);
+4. the report, `scripts/standin_report.py` (always redrawn): the crossover figure (accuracy at matched NFE against training compute), the difficulty
    ladder (Relay - MLM per rating and clue band) and Table 1's columns, in --out/standin_study.md.
 """
 import argparse
@@ -28,13 +29,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from scripts import runs  # noqa: E402
-from scripts import standin_report  # noqa: E402
+from scripts.standin_protocol import FULL, LIGHT, SETS, result_path  # noqa: E402
 
 FORWARDS = {"mlm": 1, "rollout": 2, "relay_sg": 2, "relay": 2}  # forward passes per optimizer step (K = 2)
-# (puzzle file in data_dir, n puzzles) per set and protocol; n = 0: all of them
-SETS = {"Top1465": "top1465.parquet", "test": "test.parquet", "test hard cohort": "test_hard.parquet"}
-LIGHT = {"taus": (0.02, 0.05, 0.15, 0.25), "n": {"Top1465": 200, "test": 400, "test hard cohort": 130}}
-FULL = {"taus": (0.01, 0.02, 0.05, 0.10, 0.15, 0.25), "n": {"Top1465": 500, "test": 1000, "test hard cohort": 0}}
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--eval_puzzles=16",
                "--log_interval=5", "--warmup_iters=5"]
 SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=100"]
@@ -69,7 +66,7 @@ def evaluate(run_dir: str, objective: str, step: int, protocol: str, args: argpa
     spec = SMOKE_PROTOCOL if args.smoke else LIGHT if protocol == "light" else FULL
     equivalents = step * FORWARDS[objective]
     for name, file in SETS.items():
-        out = standin_report.result_path(args.out, os.path.basename(run_dir), name, protocol, equivalents)
+        out = result_path(args.out, os.path.basename(run_dir), name, protocol, equivalents)
         if os.path.exists(out):
             continue
         os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -137,10 +134,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", default="1,2,3", help="seeds of MLM and Relay")
     p.add_argument("--extra", default="rollout,relay_sg", help="objectives trained once (first seed) after MLM and "
                    "Relay; '' for none")
-    p.add_argument("--equivalents", type=int, default=12000, help="training compute per run, in MLM-step "
-                   "equivalents (a larger value later extends finished runs)")
-    p.add_argument("--keep_every", type=int, default=2000, help="keep the EMA weights every this many equivalents")
-    p.add_argument("--eval_every", type=int, default=1000, help="validate and checkpoint every this many equivalents")
+    p.add_argument("--equivalents", type=int, help="training compute per run, in MLM-step equivalents (default "
+                   "12000, --smoke 40; a larger value later extends finished runs)")
+    p.add_argument("--keep_every", type=int, help="keep the EMA weights every this many equivalents (default 2000, "
+                   "--smoke 20)")
+    p.add_argument("--eval_every", type=int, help="validate and checkpoint every this many equivalents (default "
+                   "1000, --smoke 20)")
     p.add_argument("--lanes", type=int, default=2, help="runs at once (CPU: one per core; a GPU: all of them)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--data_dir", default="data/sudoku-standin")
@@ -153,16 +152,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--report_only", action="store_true", help="train and evaluate nothing: report the kept results")
     p.add_argument("--smoke", action="store_true", help="toy sizes (tiny data and model, 40 equivalents)")
     args = p.parse_args(argv)
-    args.seeds = runs.int_list(args.seeds)
-    args.extra = runs.objective_list(args.extra) if args.extra.strip() else []
+    args.seeds = runs.seed_list(args.seeds, "--seeds")
+    args.extra = runs.objective_list(args.extra, "--extra") if args.extra.strip() else []
     args.train_args = args.train_args.split()
-    if not args.seeds:
-        raise SystemExit("--seeds: give at least one seed")
+    if {"mlm", "relay"} & set(args.extra):
+        raise SystemExit(f"--extra: MLM and Relay are trained with every seed already; got {','.join(args.extra)}")
+    for key, full, smoke in (("equivalents", 12000, 40), ("keep_every", 2000, 20), ("eval_every", 1000, 20)):
+        if getattr(args, key) is None:  # --smoke changes the defaults, never a value given
+            setattr(args, key, smoke if args.smoke else full)
     if args.smoke:
         args.data_dir = "data/sudoku-standin-smoke" if args.data_dir == "data/sudoku-standin" else args.data_dir
         args.runs = "runs/standin-smoke" if args.runs == "runs/standin" else args.runs
         args.out = "runs/standin-smoke/results" if args.out == "results/standin_study" else args.out
-        args.equivalents, args.keep_every, args.eval_every = 40, 20, 20
         args.train_args = SMOKE_TRAIN + args.train_args
     for key in ("equivalents", "keep_every", "eval_every", "lanes"):
         if getattr(args, key) < 1:
@@ -173,8 +174,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"K = 2 objectives keep weights at the same compute; got {getattr(args, key)}")
     args.figures = args.figures or args.out
     for key in ("data_dir", "runs", "out", "figures"):  # commands run from the repository root (scripts/runs.py)
+        runs.check_folder(getattr(args, key), f"--{key}")
         setattr(args, key, repo_path(getattr(args, key)))
     return args
+
+
+# the study's flag behind each train_sudoku.py key it sets (any other key comes from --train_args)
+FLAG_OF_KEY = {"seed": "--seeds", "device": "--device", "max_iters": "--equivalents", "keep_interval": "--keep_every",
+               "eval_interval": "--eval_every", "data_dir": "--data_dir"}
+
+
+def check_runs(args: argparse.Namespace) -> None:
+    """Every run's train_sudoku.py settings (preset, this study's flags and --train_args) checked as
+    train_sudoku.py checks them, before the data is built: a typo stops here, not after an hour."""
+    from configurator import ConfigError, load_config
+    from train_sudoku import TrainConfig, check_config
+    for objective, seed in plan(args.seeds, args.extra):
+        command = runs.train_command(objective, os.path.join(args.runs, run_name(objective, seed)), seed,
+                                     train_args(objective, args))
+        try:
+            check_config(load_config(TrainConfig, command[2:]))  # after `python train_sudoku.py`
+        except ConfigError as e:
+            key = re.match(r"\w*", str(e)).group()
+            raise SystemExit(f"{FLAG_OF_KEY.get(key, '--train_args')}: train_sudoku.py would refuse "
+                             f"{run_name(objective, seed)}: {e}") from None
 
 
 def repo_path(path: str) -> str:
@@ -189,8 +212,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.chdir(runs.ROOT)
     if not args.report_only:
+        check_runs(args)
         run_all(args)
-    standin_report.report(args.out, args.figures, args.data_dir)
+    runs.sh([sys.executable, "scripts/standin_report.py", f"--out={args.out}", f"--figures={args.figures}",
+             f"--data_dir={args.data_dir}"])
 
 
 if __name__ == "__main__":

@@ -79,12 +79,16 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.n < 1 or args.batch_size < 1 or not args.tau >= 0:
         raise SystemExit("--n and --batch_size must be >= 1 and --tau >= 0")
+    if args.seed < 0:
+        raise SystemExit(f"--seed must be >= 0 (it seeds numpy's generator), got {args.seed}")
     ckpts = [c.strip() for c in args.ckpt.split(",") if c.strip()]
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else ckpts
     if len(labels) != len(ckpts):
         raise SystemExit(f"--labels: {len(labels)} names for {len(ckpts)} checkpoints")
     if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
         raise SystemExit(f"--out {args.out}: its directory does not exist")
+    if args.out and os.path.isdir(args.out):
+        raise SystemExit(f"--out {args.out} is a directory; give a file name")
 
     import sample
     import sudoku.decode

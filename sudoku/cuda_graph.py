@@ -21,13 +21,15 @@ the CPU tests check it (tests/test_cuda_graph.py).
 """
 import torch
 
+from sudoku.step import SudokuRun, batch_rows, learn, lr_at
+
 
 WARMUP = 3  # eager steps before the capture (allocator, cuBLAS workspaces, torch.compile's first calls)
 BUFFER_STATE = ("x0", "z", "maskable", "h")
 
 
 class DeviceEMA:
-    """train_sudoku.EMA's update with its step count and decay on the device: the same arithmetic,
+    """sudoku.step.EMA's update with its step count and decay on the device: the same arithmetic,
     min(decay, (1 + n) / (10 + n)), without a host value that a replay would freeze."""
 
     def __init__(self, ema, device: str):
@@ -46,11 +48,10 @@ class DeviceEMA:
 
 
 class GraphedStep:
-    """One training step of a train_sudoku SudokuRun as a replayable body (see the module docstring)."""
+    """One training step of a SudokuRun (sudoku/step.py) as a replayable body (see the module docstring)."""
 
-    def __init__(self, run, capture: bool = True):
-        import train_sudoku as ts  # the step's body and lr schedule; imported here: ts imports this module
-        self.ts, self.capture = ts, capture
+    def __init__(self, run: SudokuRun, capture: bool = True):
+        self.capture = capture
         cfg, device = run.cfg, run.device
         self.index = torch.zeros(cfg.batch_size, dtype=torch.long, device=device)
         self.loss = torch.zeros((), device=device)
@@ -64,9 +65,9 @@ class GraphedStep:
             if not isinstance(group["lr"], torch.Tensor):
                 group["lr"] = torch.tensor(float(group["lr"]), device=device)
 
-    def body(self, run) -> None:
-        """train_sudoku.learn on the rows in the index buffer, then its results into fixed tensors."""
-        loss, new = self.ts.learn(run, self.index, slice(None), self.ema)
+    def body(self, run: SudokuRun) -> None:
+        """sudoku.step.learn on the rows in the index buffer, then its results into fixed tensors."""
+        loss, new = learn(run, self.index, slice(None), self.ema)
         for name, fixed in self.static.items():  # the buffer's new state into the storage the next step reads
             fixed.copy_(getattr(run.buffer, name))
             setattr(run.buffer, name, fixed)
@@ -74,12 +75,12 @@ class GraphedStep:
         if new is not None:
             self.new.copy_(new)
 
-    def step(self, run) -> tuple[float, torch.Tensor, torch.Tensor | int]:
-        """train_sudoku.train_step's contract: (lr, loss, puzzles new to the buffer) for the next global batch."""
-        lr = self.ts.lr_at(run.step, run.cfg)
+    def step(self, run: SudokuRun) -> tuple[float, torch.Tensor, torch.Tensor | int]:
+        """sudoku.step.train_step's contract: (lr, loss, puzzles new to the buffer) for the next global batch."""
+        lr = lr_at(run.step, run.cfg)
         for group in run.optimizer.param_groups:  # tensors since __init__
             group["lr"].fill_(lr)  # outside the graph: a device write, no sync
-        self.index.copy_(self.ts.batch_rows(run))
+        self.index.copy_(batch_rows(run))
         if not self.capture:
             self._eager(run)
         elif self.graph is None and self.eager_steps < WARMUP:
@@ -98,7 +99,7 @@ class GraphedStep:
         run.step += 1
         return lr, self.loss.clone(), self.new.clone() if run.buffer is not None else 0
 
-    def _eager(self, run) -> None:
+    def _eager(self, run: SudokuRun) -> None:
         self.body(run)
         run.optimizer.zero_grad(set_to_none=True)
         self.eager_steps += 1

@@ -44,6 +44,8 @@ def load_split(split: str, data_dir: str = DATA_DIR) -> np.ndarray:
     the program with one line naming the command to run."""
     path = split_path(data_dir, split)
     command = prepare_command(data_dir)
+    if os.path.isfile(data_dir):
+        raise SystemExit(f"data_dir={data_dir} is a file, not a data directory")
     if not os.path.exists(path):
         if os.path.exists(os.path.join(data_dir, f"{split}.parquet")):
             raise SystemExit(f"{data_dir} was written by an older prepare_data.py ({split}.parquet but no {split}.npy): "

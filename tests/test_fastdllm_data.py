@@ -120,3 +120,29 @@ def test_cli_local_source_and_offline_hub(tmp_path):
         main(["--source=hub", "--tokenizer=tiny", f"--out_dir={tmp_path / 'hub'}"])
     with pytest.raises(SystemExit, match="cannot load the tokenizer"):
         main(["--source=toy", "--tokenizer=Efficient-Large-Model/Fast_dLLM_v2_1.5B", f"--out_dir={tmp_path / 't'}"])
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--out_dir=FILE"], "--out_dir"),  # used to tokenise every row, then end in a FileExistsError traceback
+    (["--out_dir=FILE/sub"], "--out_dir"),
+    (["--toy_rows=-1"], "--toy_rows"),  # used to end in "no rows left after filtering", naming no flag
+    (["--max_tokens=0"], "--max_tokens"),
+    (["--code_rows=-5"], "--code_rows"),
+    (["--source=hub", "--code_rows=0", "--math_rows=0"], "--math_rows"),
+    (["--seed=abc"], "--seed"),
+])
+def test_cli_refuses_bad_flags_before_any_work(argv, flag, tmp_path, monkeypatch, capsys):
+    """One line naming the flag, before the tokenizer loads, nothing written. Failed before the checks for
+    every case but --seed=abc (checked: the tokenizer loaded)."""
+    import fastdllm.data
+    monkeypatch.setattr(fastdllm.data, "load_tokenizer", lambda name: pytest.fail(f"{argv}: work started"))
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    argv = ["--source=toy", "--tokenizer=tiny", f"--out_dir={tmp_path / 'out'}",
+            *[a.replace("FILE", str(afile)) for a in argv]]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code != 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert flag in last, last
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"] and afile.read_text() == "keep"

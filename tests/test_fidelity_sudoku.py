@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 import relay
+import sudoku.step
 import train_sudoku as ts
 from configurator import load_config
 from model import ModelConfig, SudokuTransformer
@@ -286,7 +287,7 @@ def test_training_loss_is_the_sum_of_the_k_step_losses(tmp_path, monkeypatch, de
     """The loss the loop logs (and backpropagates) for a rollout objective is L_1 + L_2, the sum of the
     step losses rollout_loss returns (checked by hand in test_rollout_loss_by_hand_with_revealed_cells_k2).
 
-    Catches: `loss = out.loss / cfg.K` (the K step losses averaged) in train_sudoku.py. Tried, fails.
+    Catches: `loss = out.loss / cfg.K` (the K step losses averaged) in sudoku/step.py. Tried, fails.
     """
     seen = []
 
@@ -294,7 +295,7 @@ def test_training_loss_is_the_sum_of_the_k_step_losses(tmp_path, monkeypatch, de
         out = relay.rollout_loss(*a, **k)
         seen.append([s.item() for s in out.step_losses])
         return out
-    monkeypatch.setattr(ts, "rollout_loss", spy)
+    monkeypatch.setattr(sudoku.step, "rollout_loss", spy)
     train(tmp_path, "--objective=relay", "--max_iters=2", "--eval_puzzles=0", device=device)
     logged = [json.loads(line)["loss"] for line in open(tmp_path / "metrics.jsonl")]
     assert len(seen) == 2 and all(len(s) == 2 for s in seen)
@@ -330,7 +331,7 @@ def test_mlm_training_never_masks_clues(tmp_path, monkeypatch, device):
     """Every input the MLM loop feeds the model keeps the clue cells (here always the first 30 cells)
     and masks each other cell with a per-puzzle probability t ~ U(0, 1).
 
-    Catches: MLM masks drawn over all 81 cells (mlm_masking given no clues) in train_sudoku.py. Tried, fails.
+    Catches: MLM masks drawn over all 81 cells (mlm_masking given no clues) in sudoku/step.py. Tried, fails.
     """
     inputs = []
     forward = SudokuTransformer.forward

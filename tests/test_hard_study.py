@@ -132,3 +132,13 @@ def test_only_the_named_runs_are_evaluated(tmp_path, monkeypatch):
     assert "| Top1465 (n = 500) | Relay | 1 | 50.0 |" in text and "MLM" not in text
     with pytest.raises(SystemExit, match="--only: no finished run or kept result named relay_s1 in"):
         hard_study.main([f"--runs={tmp_path / 'runs'}", "--only=relay_s1"])  # a misspelt name: one line
+
+
+def test_bad_flags_are_refused_before_reading_runs(tmp_path):
+    """--n < 0 (handed to every sample.py call, each refusing it after loading its model) and an --out that
+    is a file (written only at the end): one line naming the flag. Failed before the checks (checked)."""
+    (tmp_path / "afile").write_text("keep")
+    for argv, flag in ((["--n=-1"], "--n"), ([f"--out={tmp_path / 'afile'}"], "--out")):
+        with pytest.raises(SystemExit) as e:
+            hard_study.main([f"--runs={tmp_path / 'runs'}", *argv])
+        assert flag in str(e.value.code) and "\n" not in str(e.value.code), e.value.code

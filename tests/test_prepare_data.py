@@ -1,6 +1,7 @@
 """prepare_data.py and its modules: generated splits, the array files training reads, every input format,
 every bad-input class (sudoku/puzzle_files.py), the hub path offline, Tim Vink derivation and the deduction-only
 cohort (sudoku/solver_fields.py)."""
+import argparse
 import hashlib
 import json
 import os
@@ -370,6 +371,36 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     assert not os.path.exists(os.path.join(tmp_path, "meta.json"))
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["--source=standin", "--out_dir=FILE"], "--out_dir"),  # used to build for minutes, then fail to write
+    (["--out_dir=FILE/sub"], "--out_dir"),
+    (["--seed=-1"], "--seed"),  # used to end in a traceback from numpy's generator
+    (["--n_train=abc"], "--n_train"),
+    (["--n_val=-1"], "--n_val"),
+    (["--source=standin", "--n_test=0"], "--n_test"),  # test_hard.parquet is a cohort of the test split
+    (["--derive", "--derive_timeout=nan"], "--derive_timeout"),  # used to mark every puzzle "error", silently
+    (["--workers=0"], "--workers"),
+    (["--path=PUZZLES"], "--path"),  # without --source=file: generated puzzles instead of the user's
+])
+def test_bad_flags_are_refused_before_any_work(argv, flag, puzzles, tmp_path, monkeypatch, capsys):
+    """Each bad flag: a non-zero exit whose last line names the flag, before the build starts, nothing written.
+    Fails without the checks of --out_dir, --seed, --n_test (standin), --derive_timeout and --path (checked:
+    the build starts)."""
+    monkeypatch.setattr(P, "build", lambda args: pytest.fail(f"{argv}: the build started"))
+    afile, data = tmp_path / "afile", tmp_path / "p.csv"
+    afile.write_text("keep")
+    puzzles[["question", "answer"]].to_csv(data, index=False)
+    argv = [a.replace("FILE", str(afile)).replace("PUZZLES", str(data)) for a in argv]
+    if not any(a.startswith("--out_dir=") for a in argv):
+        argv.append(f"--out_dir={tmp_path / 'out'}")
+    with pytest.raises(SystemExit) as e:
+        P.main(argv)
+    assert e.value.code != 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert flag in last, last
+    assert sorted(os.listdir(tmp_path)) == ["afile", "p.csv"] and afile.read_text() == "keep"
+
+
 def test_bad_sources_fail_before_top1465_is_solved(tmp_path, monkeypatch, capsys):
     """Solving Top1465 takes up to minutes on a slow CPU: a misspelt --collections and an unreadable
     --source=file must fail before it (they used to fail after)."""
@@ -636,3 +667,88 @@ def test_hub_train_loses_raw_and_symmetric_copies_of_test_puzzles(puzzles, tmp_p
     splits = all_questions(out)
     assert len(splits["train"]) == 16 and not {copy[0], test["question"].iloc[1]} & splits["train"]
     assert splits["test"] == set(test["question"])
+
+
+# -----------------------------------------------------------------------------
+# reusing built data: every argument the build reads is part of the key that decides it
+
+class ReadArgs(argparse.Namespace):
+    """prepare_data's arguments, recording the name of every one that is read."""
+
+    def __init__(self, **kwargs):
+        object.__setattr__(self, "read", set())
+        super().__init__(**kwargs)
+
+    def __getattribute__(self, name):
+        if not name.startswith("_") and name != "read":
+            object.__getattribute__(self, "read").add(name)
+        return object.__getattribute__(self, name)
+
+
+SPEED_ONLY = {"workers"}  # never changes the puzzles (test_generation_is_deterministic_for_any_worker_count)
+OTHER_VALUE = {  # a second value of each argument a build may read
+    "source": lambda a: "generate" if a.source != "generate" else "larsdoku",
+    "seed": lambda a: a.seed + 1, "n_train": lambda a: a.n_train + 1, "n_val": lambda a: a.n_val + 1,
+    "n_test": lambda a: a.n_test + 1, "min_clues": lambda a: a.min_clues + 1, "max_clues": lambda a: a.max_clues - 1,
+    "augment": lambda a: a.augment + 1, "hard": lambda a: not a.hard, "skip_invalid": lambda a: not a.skip_invalid,
+    "drop_overlap": lambda a: not a.drop_overlap, "collections": lambda a: "fn_fc_day1",
+    "path": lambda a: a.path.replace("p.csv", "q.csv"),
+}
+
+
+@pytest.mark.parametrize("source", ["generate", "generate --hard", "hf", "file", "larsdoku", "standin",
+                                    "standin, generator's hard mode"])
+def test_every_argument_a_build_reads_is_in_the_reuse_key(source, puzzles, tmp_path, monkeypatch):
+    """A build of tiny data from each source, offline, records which arguments it reads; changing any of
+    them but the worker count must change _cache_key (else a second build with it reuses the first's
+    data, silently). Checked: hub_splits (--drop_overlap) taken out of the key fails the hf case; and
+    the standin key without augment failed the generator's hard mode case (fixed)."""
+    fake_larsdoku(tmp_path, monkeypatch, classes=8, copies=2, top_puzzles=2)
+    frame = puzzles[["question", "answer"]]
+    frame.iloc[:20].to_csv(tmp_path / "p.csv", index=False)
+    frame.iloc[20:].to_csv(tmp_path / "q.csv", index=False)
+    (tmp_path / "hub").mkdir()
+    frame.iloc[:30].to_parquet(tmp_path / "hub" / "train.parquet")
+    frame.iloc[30:].to_parquet(tmp_path / "hub" / "test.parquet")
+    monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(tmp_path / "hub"))
+    if source.endswith("hard mode"):
+        monkeypatch.setattr(sudoku.standin, "hard_source", lambda: "generator")
+    flags = {"generate --hard": ["--source=generate", "--hard", "--augment=2"],
+             "file": ["--source=file", f"--path={tmp_path / 'p.csv'}"]}.get(source, [f"--source={source.split(',')[0]}"])
+    flags.append("--collections=fn_fc_day1,killer_combo")  # the fake's two collections (read by larsdoku, standin)
+    args = P.parse_args([*flags, "--n_train=8", "--n_val=2", "--n_test=2", "--workers=1", f"--out_dir={tmp_path}/o"])
+    reading = ReadArgs(**vars(args))
+    try:
+        P.build(reading)
+    finally:
+        sudoku.hard.read_top1465.cache_clear()
+    key = P._cache_key(args)
+    unclassified = reading.read - SPEED_ONLY - set(OTHER_VALUE)
+    assert not unclassified, f"say whether {unclassified} change the puzzles (OTHER_VALUE or SPEED_ONLY)"
+    for name in sorted(reading.read - SPEED_ONLY):
+        other = argparse.Namespace(**{**vars(args), name: OTHER_VALUE[name](args)})
+        assert P._cache_key(other) != key, f"--source={source}: the data is reused when --{name} changes"
+
+
+def test_drop_overlap_rebuilds_hub_data_built_without_it(puzzles, tmp_path, monkeypatch, capsys):
+    """The same out_dir built from the hub as published, then with --drop_overlap: the second build drops
+    the test puzzle repeated in train instead of reusing the first build (main's reuse decision, end to end).
+    Checked: fails with hub_splits taken out of the key."""
+    fake_larsdoku(tmp_path, monkeypatch, classes=1, copies=1, top_puzzles=2)  # a tiny Top1465: quick builds
+    frame = puzzles[["question", "answer"]]
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    pd.concat([frame.iloc[35:36], frame.iloc[:30]], ignore_index=True).to_parquet(hub / "train.parquet")
+    frame.iloc[35:].to_parquet(hub / "test.parquet")
+    monkeypatch.setenv("RELAY_SUDOKU_HF_DATASET", str(hub))
+    out = str(tmp_path / "out")
+    repeated = frame["question"].iloc[35]
+    try:
+        P.main(["--source=hf", f"--out_dir={out}", "--n_val=4"])
+        assert repeated in all_questions(out)["train"]
+        capsys.readouterr()
+        P.main(["--source=hf", f"--out_dir={out}", "--n_val=4", "--drop_overlap"])
+    finally:
+        sudoku.hard.read_top1465.cache_clear()
+    assert "reusing" not in capsys.readouterr().out
+    assert repeated not in all_questions(out)["train"]

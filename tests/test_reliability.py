@@ -18,6 +18,7 @@ import torch
 
 import common
 import sample
+import sudoku.step
 import train_sudoku as ts
 from configurator import load_config
 from common import load_model
@@ -175,7 +176,7 @@ def test_every_step_logged_once_after_any_sequence_of_kills(tmp_path, monkeypatc
             if it == n - 1:
                 raise Killed
             return real_lr_at(it, cfg)
-        monkeypatch.setattr(ts, "lr_at", lr_at)
+        monkeypatch.setattr(sudoku.step, "lr_at", lr_at)
 
     def kill_in_save(at_step, write_tmp):
         def save(obj, path):
@@ -192,7 +193,7 @@ def test_every_step_logged_once_after_any_sequence_of_kills(tmp_path, monkeypatc
         arm()
         with pytest.raises(Killed):
             train(out, *args, *(["--resume=True"] if i else []))
-        monkeypatch.setattr(ts, "lr_at", real_lr_at)
+        monkeypatch.setattr(sudoku.step, "lr_at", real_lr_at)
         monkeypatch.setattr(ts, "save_checkpoint", real_save)
         if i == 2:
             with open(out / "metrics.jsonl", "a") as f:

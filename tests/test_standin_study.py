@@ -9,13 +9,14 @@ import shutil
 import numpy as np
 import pytest
 
+from scripts import standin_protocol as P
 from scripts import standin_report as R
 from scripts import standin_study as S
 
 
 def write_result(out, run: str, set_name: str, protocol: str, eq: int, sweep: dict) -> None:
     """A sample.py --out file whose only cohort has `sweep`: {τ key: metrics}."""
-    path = R.result_path(str(out), run, set_name, protocol, eq)
+    path = P.result_path(str(out), run, set_name, protocol, eq)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"checkpoints": [{"results": {"all": sweep}}]}, f)
@@ -183,6 +184,44 @@ def test_driver_arguments_keep_mlm_and_relay_at_the_same_compute():
             S.parse_args(bad)
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["--smoke", "--equivalents=0"], "--equivalents"),  # --smoke used to replace it and start building data
+    (["--smoke", "--equivalents=-5"], "--equivalents"),
+    (["--smoke", "--keep_every=0"], "--keep_every"),
+    (["--equivalents=abc"], "--equivalents"),
+    (["--lanes=0"], "--lanes"),
+    (["--seeds=abc"], "--seeds"),  # used to say "expected comma-separated integers" without naming the flag
+    (["--seeds=1,1"], "--seeds"),  # two lanes training one run directory
+    (["--seeds=-1"], "--seeds"),  # train_sudoku.py refuses it, after the data was built
+    (["--extra=relay"], "--extra"),  # Relay of the first seed planned twice
+    (["--extra=foo"], "--extra"),
+    (["--device=gpu"], "--device"),
+    (["--train_args=--n_layers=2"], "--train_args"),  # a typo train_sudoku.py refuses, after the data was built
+    (["--out=FILE"], "--out"),
+    (["--runs=FILE/sub"], "--runs"),
+    (["--data_dir=FILE"], "--data_dir"),
+    (["--figures=FILE"], "--figures"),
+    (["--report_only", "--figures=FILE"], "--figures"),
+])
+def test_bad_flags_stop_the_study_before_any_work(argv, flag, tmp_path, monkeypatch, capsys):
+    """Each bad flag: one line naming it, before any data, run or report is made, nothing written.
+    Failed on the code before these checks for --smoke with --equivalents/--keep_every, --seeds (all
+    three), --extra=relay, --device, --train_args and each folder given as a file (checked)."""
+    for name in ("sh", "ensure_data", "train"):
+        monkeypatch.setattr(S.runs, name, lambda *a, **k: pytest.fail(f"{argv}: work started"))
+    monkeypatch.chdir(ROOT)
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    argv = [a.replace("FILE", str(afile)) for a in argv]
+    where = {f"--{k}": str(tmp_path / k) for k in ("runs", "out", "data_dir")}
+    argv += [f"{k}={v}" for k, v in where.items() if not any(a.startswith(k + "=") for a in argv)]
+    with pytest.raises(SystemExit) as e:
+        S.main(argv)
+    message = e.value.code if isinstance(e.value.code, str) else capsys.readouterr().err.strip().splitlines()[-1]
+    assert flag in message and "\n" not in message, message
+    assert os.listdir(tmp_path) == ["afile"] and afile.read_text() == "keep"
+
+
 def test_a_seed_extended_past_the_budget_is_evaluated_not_retrained(tmp_path, monkeypatch):
     """After `--equivalents=24000 --seeds=1` extended seed 1, the default 12,000 study must read that run's
     kept weights and go on to the other runs; it used to stop on the differing --max_iters. Through the
@@ -300,7 +339,7 @@ def test_the_rerun_on_another_cpu_is_shown_as_kept():
         expected = []
         for run in ("mlm_s2", "relay_s2"):
             for folder in (KEPT, RERUN):
-                with open(R.result_path(folder, run, set_name, "light", 2000)) as f:
+                with open(P.result_path(folder, run, set_name, "light", 2000)) as f:
                     m = json.load(f)["checkpoints"][0]["results"]["all"]["0.15"]
                 expected.append(f"{100 * m['exact_match']:.1f}% / {m['batch1_nfe']:.1f}")
         assert cells[1:] == expected, set_name

@@ -210,6 +210,24 @@ def test_clear_errors(tmp_path):
         ts.main(TINY + ["--resume=True", f"--out_dir={tmp_path / 'o'}"])
 
 
+def test_paths_and_splits_that_cannot_work_are_refused_in_one_line(tmp_path):
+    """An out_dir under a file (it used to end in a NotADirectoryError traceback from the lock file), a
+    data_dir that is a file (the message said to build data into it) and an eval_split that names no split
+    (the message said to build the data): one line naming the key, nothing written. Failed before the
+    checks (checked)."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    cfg = load_config(ts.TrainConfig, TINY + [f"--out_dir={afile / 'run'}"])
+    with pytest.raises(SystemExit) as e:
+        ts.train(cfg, TRAIN, VAL)
+    assert "out_dir=" in str(e.value) and "is under the file" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(SystemExit, match=r"data_dir=.*afile is a file, not a data directory"):
+        ts.main(TINY + [f"--data_dir={afile}", f"--out_dir={tmp_path / 'o'}"])
+    with pytest.raises(SystemExit, match="eval_split must be train, val or test, got 'foo'"):
+        ts.main(TINY + ["--eval_split=foo", f"--out_dir={tmp_path / 'o'}"])
+    assert os.listdir(tmp_path) == ["afile"] and afile.read_text() == "keep"
+
+
 def _ddp_worker(rank: int, world: int, port: int, args: list, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))

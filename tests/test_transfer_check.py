@@ -32,3 +32,15 @@ def test_exact_by_bucket_hand_computed():
     assert abs(out["all"]["exact"] - 2 / 3) < 1e-9 and out["all"]["n"] == 3
     assert "28-31" not in out
     assert "| MLM | own | 50.0% (2) | 100.0% (1) | 66.7% (3) |" in table({"MLM": {"own": out}})
+
+
+def test_bad_flags_are_refused_before_any_work(tmp_path):
+    """A negative --seed (numpy's generator raised a traceback after the model had loaded) and an --out that
+    is a directory (written only after the whole evaluation): one line naming the flag. Failed before the
+    checks (checked)."""
+    import pytest
+    from scripts import transfer_check
+    for argv, flag in ((["--seed=-1"], "--seed"), ([f"--out={tmp_path}"], "--out")):
+        with pytest.raises(SystemExit) as e:
+            transfer_check.main(["--ckpt=nothing.pt", f"--data_dir={tmp_path / 'none'}", *argv])
+        assert flag in str(e.value.code) and "\n" not in str(e.value.code), e.value.code
