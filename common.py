@@ -174,9 +174,12 @@ def save_weights(model: SudokuTransformer, path: str, metadata: dict[str, str]) 
     os.replace(path + ".tmp", path)
 
 
-def read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_weights(path: str, allow_unverified: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and metadata of a safetensors file, its digest verified; ValueError with one line naming
-    the file on any problem. A file without a digest (written by an older version) loads with a warning."""
+    the file on any problem. save_weights puts model_config in every file, so a file that has it but no digest
+    is damaged (the digest's name changed, e.g. sha256 -> sha257) or an export from before digests: refused,
+    unless allow_unverified (scripts/export_reference.py --allow_unverified writes such a file again with
+    a digest), which loads it with a warning."""
     from safetensors import safe_open
     fix = "restore it from a copy (git checkout for reference/) or export it again (scripts/export_reference.py)"
     try:
@@ -189,17 +192,23 @@ def read_weights(path: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise ValueError(f"{path} is not a readable safetensors file ({detail}): {fix}") from None
     saved = meta.get(WEIGHTS_DIGEST)
-    if saved is None:
-        print(f"warning: {path} carries no sha256 (written before digests were added): its weights are not "
-              "verified; export it again to add one", file=sys.stderr)
-    elif saved != weights_digest(state, meta):
-        raise ValueError(f"{path} is corrupted: its weights or metadata do not match the sha256 stored in it; {fix}")
+    if saved is not None:
+        if saved != weights_digest(state, meta):
+            raise ValueError(f"{path} is corrupted: its weights or metadata do not match the sha256 stored in it; {fix}")
+    elif allow_unverified:
+        print(f"warning: {path} carries no sha256: its weights are not verified", file=sys.stderr)
+    elif "model_config" in meta:  # (a file without it is no save_weights file: load_weights refuses it)
+        raise ValueError(f"{path} has no sha256 although common.save_weights wrote it (its metadata has model_config): "
+                         "its digest entry is damaged, or it was exported before digests were added; restore it from a "
+                         "copy (git checkout for reference/), or give an older export a digest: python "
+                         f"scripts/export_reference.py --ckpt={path} --out=NEW.safetensors --allow_unverified")
     return state, meta
 
 
-def load_weights(path: str, device: str = "cpu") -> tuple[SudokuTransformer, dict]:
-    """Load a save_weights file in eval mode. Returns (model, metadata with "config" parsed if present)."""
-    state, meta = read_weights(path)
+def load_weights(path: str, device: str = "cpu", allow_unverified: bool = False) -> tuple[SudokuTransformer, dict]:
+    """Load a save_weights file in eval mode. Returns (model, metadata with "config" parsed if present).
+    allow_unverified: see read_weights."""
+    state, meta = read_weights(path, allow_unverified)
     meta.pop(WEIGHTS_DIGEST, None)
     if "model_config" not in meta:
         raise ValueError(f"{path} has no model_config in its metadata: not written by common.save_weights")

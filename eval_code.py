@@ -28,7 +28,8 @@ Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
 Outputs in --out_dir, appended as the work is done so that a killed run loses nothing and re-running the
 same command resumes: plan.json (the config and the fixed batch plan), samples.jsonl (prompt, completion,
 solution, NFE per task, written batch by batch), judged.jsonl (base/plus verdict per task, written as
-judged), and at the end results.json (pass@1 base/plus, mean NFE, tokens/s, the config).
+judged), and at the end results.json (pass@1 base/plus, mean NFE, tokens/s, whether the model's files were
+verified against their manifest, the config).
 """
 import ast
 import gzip
@@ -385,9 +386,9 @@ def open_run(cfg: EvalConfig, batches: list[list[str]]) -> list[list[str]]:
     return batches
 
 
-def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> None:
+def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> str:
     """Generate the completions of every batch of the plan not yet in samples.jsonl, appending each
-    batch's rows as soon as it is decoded."""
+    batch's rows as soon as it is decoded. Returns whether the model's files were verified (for results.json)."""
     import torch
     from fastdllm.generate import generate
     try:
@@ -428,6 +429,7 @@ def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> No
                              solution=post(completion, problems[i]), nfe=res.nfe[j],
                              n_tokens=len(res.tokens[j]), batch=k, batch_seconds=seconds))
         _append(samples_path, rows)
+    return model.files_check
 
 
 def _sha1(text: str) -> str:
@@ -447,12 +449,12 @@ def main(argv: list[str] | None = None) -> dict:
         print("no EvalPlus file given: HumanEval base only (original check() tests); pass --data_path=HumanEvalPlus.jsonl.gz for plus")
     samples_path, judged_path = os.path.join(cfg.out_dir, "samples.jsonl"), os.path.join(cfg.out_dir, "judged.jsonl")
 
-    generated = {}
+    generated, model_files = {}, None
     if cfg.canonical or cfg.samples:
         open_run(cfg, [])
         programs = programs or [p["prompt"] + p["canonical_solution"] for p in problems]
     else:
-        generate_all(cfg, problems, samples_path)
+        model_files = generate_all(cfg, problems, samples_path)
         generated = {r["task_id"]: r for r in _read_log(samples_path)}
         programs = [generated[p["task_id"]]["solution"] for p in problems]
 
@@ -483,7 +485,7 @@ def main(argv: list[str] | None = None) -> dict:
         **fastdllm.judge.pass_at_1(results, has_plus),
         mean_nfe=sum(r["nfe"] for r in rows) / n if rows else None,
         tokens_per_s=sum(r["n_tokens"] for r in rows) / gen_seconds if gen_seconds else None,
-        generation_s=gen_seconds, sandbox=mode, config=config_to_dict(cfg))
+        generation_s=gen_seconds, sandbox=mode, model_files=model_files, config=config_to_dict(cfg))
     with open(os.path.join(cfg.out_dir, "results.json"), "w") as f:
         json.dump(summary, f, indent=2)
     plus = (f"{summary['pass1_plus_evalplus']:.1f} (EvalPlus rule) / {summary['pass1_plus_authors']:.1f} (authors' rule)"

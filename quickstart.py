@@ -114,14 +114,19 @@ def main(argv: list[str] | None = None) -> None:
     missing = [path for path in references.values() if not os.path.exists(path)]
     if missing:
         raise SystemExit(f"{missing[0]} is missing: run from the repository root of a full clone")
+    models = {}
+    for label, path in references.items():  # each file's digest checked before anything is written
+        try:
+            models[label] = load_model(path)
+        except ValueError as e:
+            raise SystemExit(str(e).strip().splitlines()[0]) from None
     os.makedirs(args.out_dir, exist_ok=True)
 
     start = time.time()
     sets = {"Top1465": top1465(args.n), "fresh hard puzzles": fresh_hard(args.n, args.seed)}
     print(f"{args.n} puzzles per set in {time.time() - start:.0f} s", flush=True)
     results: dict[str, dict[str, list[dict]]] = {name: {} for name in sets}
-    for label, path in references.items():
-        model, config = load_model(path)
+    for label, (model, config) in models.items():
         for name, (q, a) in sets.items():
             results[name][label] = sweep(model, q, a)
             best = max(results[name][label], key=lambda r: r["exact"])

@@ -247,7 +247,7 @@ def load_checkpoints(spec: str, device: str, ema: bool) -> list[tuple[str, torch
             model, config = load_model(path, device=device, ema=ema)
         except (ValueError, RuntimeError, OSError, KeyError, TypeError) as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise SystemExit(f"--ckpt {path}: {msg}") from None
+            raise SystemExit(f"--ckpt: {msg}" if path in msg else f"--ckpt {path}: {msg}") from None  # the path once
         cfg = model.config
         if cfg.vocab_size != 17 or cfg.block_size != N_CELLS:
             raise SystemExit(f"--ckpt {path}: not a Sudoku model (vocab_size {cfg.vocab_size}, block_size "

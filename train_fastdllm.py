@@ -52,8 +52,8 @@ OBJECTIVES = ("sft", "rollout", "relay_sg", "relay")
 RUN_FILES = ("ckpt-*", "resume", "resume.tmp", "resume.old", "metrics.jsonl")  # out_dir holds a run when it has one
 RESUME_RULES = common.ResumeRules(
     may_change=("max_iters", "save_interval"),
-    not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval", "device",
-                  "gradient_checkpointing", "effective_batch"),
+    not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "allow_unverified_resume", "log_interval",
+                  "device", "gradient_checkpointing", "effective_batch"),
     # the model's shape, the saved shards' layout and the rollout buffer's (batch, length) only fit these
     fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "dtype", "deepspeed",
            "zero_persistence_threshold"))
@@ -70,6 +70,8 @@ class TrainConfig:
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
     allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
+    allow_unverified_resume: bool = False  # resume from a resume/ without manifest.json (written before manifests
+    # existed; every save since writes one): its files cannot be verified
     save_interval: int = 200  # optimizer steps between checkpoints (the paper's checkpoint-200 is ckpt-200/); 0 = end only;
     # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB). This loop does not
     # validate, hence not train_sudoku.py's eval_interval (which validates, then saves)
@@ -530,6 +532,7 @@ def setup(cfg: TrainConfig) -> FastdllmRun:
             model, tokenizer = load_fastdllm(parent_dir, use_relay=use_relay, dtype=torch.float32)
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
+    run_config = config_to_dict(cfg) | {"parent": {"init_from": cfg.init_from, "files": model.files_check}}
     if model.config.bd_size != cfg.bd_size:
         raise SystemExit(f"train_fastdllm.py: the checkpoint's bd_size is {model.config.bd_size} but bd_size={cfg.bd_size}")
     if cfg.gradient_checkpointing:
@@ -556,7 +559,7 @@ def setup(cfg: TrainConfig) -> FastdllmRun:
     # rows across steps. The authors pad to 2048; blocks made only of padding change no loss.
     seq_len = max([len(ids) for ids, _ in rows] + [cfg.pad_to])
     return FastdllmRun(cfg, rank, world, device, backend, model, tokenizer, parent_dir, batches, seq_len, buffer, policy,
-                       noise_gen, relay_params, config_to_dict(cfg))
+                       noise_gen, relay_params, run_config)
 
 
 def resume_dir(cfg: TrainConfig) -> str:
@@ -580,16 +583,25 @@ def check_targets(rows: list, mask_id: int) -> None:
                              "remove it from the data (a target of [MASK] cannot be learned)")
 
 
+def no_manifest(cfg: TrainConfig) -> str:
+    return (f"resume: {resume_dir(cfg)} has no {common.MANIFEST}: every save writes one, so it was deleted or lost and "
+            "no file can be verified; restore it from a copy, or start afresh (--overwrite=True or another out_dir); "
+            "a resume/ written before manifests existed resumes with --allow_unverified_resume=True")
+
+
 def check_resume(cfg: TrainConfig) -> dict | None:
     """Before any work (master): the resumed run's config from resume/manifest.json, with this run's
-    changes checked against RESUME_RULES; None for a resume/ written before manifests (checked once loaded)."""
+    changes checked against RESUME_RULES. A resume/ without a manifest is refused; with allow_unverified_resume
+    (one written before manifests) None, its config checked once the state is loaded."""
     try:
         manifest = common.read_manifest(resume_dir(cfg))
     except CheckpointError as e:
         raise SystemExit(f"resume: {e}") from None
     if manifest is None:
-        print(f"warning: {resume_dir(cfg)} has no {common.MANIFEST} (written before checksums were added); its files "
-              "are not verified", file=sys.stderr)
+        if not cfg.allow_unverified_resume:
+            raise SystemExit(no_manifest(cfg))
+        print(f"warning: {resume_dir(cfg)} has no {common.MANIFEST} (allow_unverified_resume=True): its files are "
+              "not verified", file=sys.stderr)
         return None
     world = int(os.environ.get("WORLD_SIZE", 1))
     if manifest["world"] != world:
@@ -615,6 +627,8 @@ def load_resume(run: FastdllmRun) -> int:
                 common.verify_manifest(run.resume_dir, manifest)
         except CheckpointError as e:
             raise SystemExit(f"resume: {e}") from None
+        if manifest is None and not cfg.allow_unverified_resume:
+            raise SystemExit(no_manifest(cfg))
     if run.world > 1:
         dist.barrier()  # no rank reads a file before the master has verified it
     step, saved_config = run.backend.load_state(run.resume_dir, run.device)
@@ -710,8 +724,9 @@ def save(run: FastdllmRun, step: int) -> None:
     if run.master:
         ckpt = os.path.join(cfg.out_dir, f"ckpt-{step}")
         shutil.rmtree(ckpt + ".tmp", ignore_errors=True)
-        save_fastdllm(run.model, run.tokenizer, ckpt + ".tmp", state_dict=state_dict, remote_code_dir=run.parent_dir)
-        common.write_manifest(ckpt + ".tmp", {"step": step})  # the sha256 of every file, checked by every loader
+        # with manifest.json, the sha256 of every file, checked by every loader
+        save_fastdllm(run.model, run.tokenizer, ckpt + ".tmp", state_dict=state_dict, remote_code_dir=run.parent_dir,
+                      info={"step": step})
         shutil.rmtree(ckpt, ignore_errors=True)  # a resumed run redoing a step it saved before a kill
         os.replace(ckpt + ".tmp", ckpt)
     tmp = run.resume_dir + ".tmp"

@@ -10,7 +10,8 @@ attention mask and its KV cache; this file adds what the library cannot express:
     (config.json with the Fast_dLLM_Qwen class names and auto_map, bd_size, use_relay, relay_layer;
     safetensors with model.* / lm_head.weight / model.relay_layer_norm.{weight,bias}), so the authors'
     tools, trust_remote_code users and plain `Qwen2ForCausalLM.from_pretrained` users read what we
-    save, and we read the released checkpoints without running their remote code.
+    save, and we read the released checkpoints without running their remote code; what we save also
+    carries manifest.json (the sha256 of every file), checked whenever it is loaded.
 
     from fastdllm.model import load_fastdllm, make_tiny_fastdllm
     model, tok = load_fastdllm("Efficient-Large-Model/Fast_dLLM_v2_1.5B", use_relay=True)
@@ -43,6 +44,9 @@ RELEASED_ARCH = dict(architectures=["Fast_dLLM_QwenForCausalLM"], model_type="Fa
     "AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModel": "modeling.Fast_dLLM_QwenModel",
     "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"})
 TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "chat_template")
+# model.safetensors' metadata entry that says the directory's manifest.json lists its sha256: save_fastdllm writes
+# both, so a directory with the entry and no manifest has lost it (transformers writes only {"format": "pt"})
+SHA256_IN = ("sha256_in", "manifest.json")
 
 # LMFlow's `fast_dllm_v2` conversation template (Qwen2.5 ChatML with the short default system
 # prompt). The {% generation %} span marks what is supervised: the assistant content plus
@@ -136,6 +140,7 @@ class FastDLLM(nn.Module):
         if not -1 <= config.relay_layer < config.num_hidden_layers:
             raise ValueError(f"relay_layer={config.relay_layer} must be -1 or a decoder layer index < {config.num_hidden_layers}")
         self.config = config
+        self.files_check = "no files: built in memory"  # load_fastdllm: whether the files it read were verified
         self.model = lm.model  # Qwen2Model
         self.lm_head = lm.lm_head  # shares its weight with model.embed_tokens when tied
         # Living inside self.model gives the released key name model.relay_layer_norm.*.
@@ -282,21 +287,49 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
 
 
-def check_files(ckpt_dir: str, downloaded: bool) -> None:
-    """Checkpoints this repository writes carry manifest.json (the sha256 of every file and of itself):
-    verified here, ValueError with one line naming the file otherwise. A hub download has none (the hub
-    checks its files); any other directory without one loads unverified, with a warning."""
+def in_hub_cache(path: str) -> bool:
+    """A snapshot the hub client downloaded (it checks what it transfers)."""
+    from huggingface_hub.constants import HF_HUB_CACHE
+    return os.path.realpath(path).startswith(os.path.realpath(HF_HUB_CACHE) + os.sep)
+
+
+def _marked(weight_file: str) -> bool:
+    """model.safetensors carries SHA256_IN: save_fastdllm wrote it, with a manifest."""
+    try:
+        with safe_open(weight_file, framework="pt") as f:
+            return (f.metadata() or {}).get(SHA256_IN[0]) == SHA256_IN[1]
+    except BaseException as e:  # an unreadable header: the loader refuses the file itself
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return False
+
+
+def check_files(ckpt_dir: str, downloaded: bool) -> str:
+    """Checkpoints this repository writes (save_fastdllm) carry manifest.json, the sha256 of every file and of
+    itself, verified here: ValueError with one line naming the file on any difference, a missing manifest
+    included when model.safetensors says one was written (SHA256_IN). A hub download without a manifest
+    (the hub client checks its transfer) and a local directory without the mark (another tool wrote it, or
+    we did before the mark) load unverified, with a warning. Returns what was checked, for the run's records."""
     import common  # the manifest rules shared with the resume state
     way_out = f"restore {ckpt_dir} from a copy, or train it again"
     manifest = common.read_manifest(ckpt_dir, fields=("files",), way_out=way_out)
-    if manifest is None:
-        if not os.path.isfile(os.path.join(ckpt_dir, "config.json")):
-            raise ValueError(f"{ckpt_dir} is not a Fast-dLLM checkpoint directory (no config.json)")
-        if not downloaded:
-            print(f"warning: {ckpt_dir} has no {common.MANIFEST}: its files are not verified (a copy of a hub "
-                  "checkpoint, or one written before manifests)", file=sys.stderr)
-        return
-    common.verify_manifest(ckpt_dir, manifest, way_out)
+    if manifest is not None:
+        common.verify_manifest(ckpt_dir, manifest, way_out)
+        return f"verified: the sha256 of every file, in {common.MANIFEST}"
+    if not os.path.isfile(os.path.join(ckpt_dir, "config.json")):
+        raise ValueError(f"{ckpt_dir} is not a Fast-dLLM checkpoint directory (no config.json)")
+    try:
+        marked = [] if downloaded else [f for f in _weight_files(ckpt_dir) if _marked(f)]
+    except (OSError, ValueError, TypeError, KeyError):  # no weights or a broken index: the loader says so
+        marked = []
+    if marked:
+        raise ValueError(f"{ckpt_dir} has no {common.MANIFEST}, but its {os.path.basename(marked[0])} was written with "
+                         "one (by fastdllm.model.save_fastdllm): the manifest was deleted or lost, so no file can be "
+                         f"verified; {way_out}")
+    how = ("a hub download (the hub client checks its transfer; no manifest of ours)" if downloaded else
+           f"no {common.MANIFEST}: written by another tool, or before manifests")
+    print(f"warning: {ckpt_dir}: its files are not verified ({how})", file=sys.stderr)
+    return f"not verified: {how}"
 
 
 def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch.dtype = torch.bfloat16,
@@ -304,9 +337,10 @@ def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch
     """Load a Fast-dLLM v2 checkpoint (local dir or hub id), with its tokenizer.
 
     use_relay=None follows the checkpoint; True on a checkpoint without relay weights attaches a
-    fresh zero-initialised relay LayerNorm (the start of a Relay run); False drops them."""
+    fresh zero-initialised relay LayerNorm (the start of a Relay run); False drops them. The files are
+    checked first (check_files); model.files_check says how, for the records of the run that loads it."""
     ckpt_dir = resolve_checkpoint(name_or_path)
-    check_files(ckpt_dir, downloaded=not os.path.isdir(name_or_path))
+    files_check = check_files(ckpt_dir, downloaded=not os.path.isdir(name_or_path) or in_hub_cache(ckpt_dir))
     try:
         config = _config_from_json(os.path.join(ckpt_dir, "config.json"))
         files = _weight_files(ckpt_dir)
@@ -323,6 +357,7 @@ def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch
     finally:
         hf_logging.set_verbosity(verbosity)
     model = FastDLLM(lm, use_relay=use_relay)
+    model.files_check = files_check
     if model.relay_layer_norm is not None:
         found = {}
         for fname in files:
@@ -370,7 +405,7 @@ def check_tokenizer(tokenizer, config) -> None:
 
 
 def save_fastdllm(model: FastDLLM, tokenizer, out_dir: str, state_dict: dict | None = None,
-                  remote_code_dir: str | None = None) -> None:
+                  remote_code_dir: str | None = None, info: dict | None = None) -> None:
     """Write config.json + model.safetensors (+ tokenizer files) in the released layout: config class
     names and auto_map of the released Fast_dLLM_Qwen checkpoints, use_relay / relay_layer / bd_size,
     the released tensor names. remote_code_dir: the parent checkpoint's directory; its *.py files (the
@@ -378,12 +413,14 @@ def save_fastdllm(model: FastDLLM, tokenizer, out_dir: str, state_dict: dict | N
     result as the same model. We never import them.
 
     state_dict: pass a gathered full state dict when parameters are sharded (ZeRO-3); by
-    default the model's own. The tied lm_head.weight is not stored (as transformers does)."""
+    default the model's own. The tied lm_head.weight is not stored (as transformers does).
+    manifest.json comes last (common.write_manifest: the sha256 of every file, with `info`, e.g. the step), and
+    model.safetensors says it has one (SHA256_IN): every loader verifies the directory (check_files)."""
     os.makedirs(out_dir, exist_ok=True)
     sd = model.state_dict() if state_dict is None else state_dict
     tied = getattr(model.config, "tie_word_embeddings", False)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in sd.items() if not (tied and k == "lm_head.weight")}
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt", SHA256_IN[0]: SHA256_IN[1]})
     config = model.config.to_dict()
     config.update(RELEASED_ARCH)
     config["dtype"] = str(next(iter(tensors.values())).dtype).removeprefix("torch.")
@@ -396,6 +433,8 @@ def save_fastdllm(model: FastDLLM, tokenizer, out_dir: str, state_dict: dict | N
         for name in sorted(os.listdir(remote_code_dir)):
             if name.endswith(".py"):
                 shutil.copyfile(os.path.join(remote_code_dir, name), os.path.join(out_dir, name))
+    import common  # the manifest rules shared with the resume state
+    common.write_manifest(out_dir, info or {})
 
 
 # -----------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Export a Sudoku run's EMA weights as a small safetensors file (the quick start's reference models).
 
     python scripts/export_reference.py --ckpt=runs/budget_clean/relay_cold_s1 --out=reference/relay.safetensors
-    python scripts/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # an older export: digest, portable paths
+    python scripts/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # an export again: portable paths
+    python scripts/export_reference.py --ckpt=older.safetensors --out=new.safetensors --allow_unverified
+        # an export from before digests (no sha256: its weights cannot be verified): written again with one
 
 Writes only what decoding needs: the EMA weights (fp32, what the run's own validation used), the
 model config, the run's config (its paths under this repository made relative to it, so a committed
@@ -36,14 +38,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ckpt", required=True, help="a train_sudoku.py out_dir or its ckpt.pt, or an exported "
                    ".safetensors file (written again with a digest and portable paths)")
     p.add_argument("--out", required=True, help="the .safetensors file to write")
+    p.add_argument("--allow_unverified", action="store_true", help="read an exported .safetensors file that has no "
+                   "sha256 (exported before digests were added, or damaged: only a file you trust) and write it with one")
     args = p.parse_args(argv)
     if not args.out.endswith(".safetensors"):
         raise SystemExit(f"--out {args.out}: give a path ending in .safetensors")
     if args.ckpt.endswith(".safetensors"):  # an exported file again: same weights, metadata and a fresh digest
         try:
-            model, meta = load_weights(args.ckpt)
+            model, meta = load_weights(args.ckpt, allow_unverified=args.allow_unverified)
         except ValueError as e:
-            raise SystemExit(f"--ckpt {args.ckpt}: {e}") from None
+            raise SystemExit(f"--ckpt: {e}") from None
         config = portable_config(meta.pop("config"))
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         save_weights(model, args.out, {**meta, "config": json.dumps(config)})
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         ckpt = load_checkpoint(path, map_location="cpu", required=("model", "model_config", "step"))
     except (CheckpointError, ValueError, OSError) as e:
-        raise SystemExit(f"--ckpt {args.ckpt}: {str(e).strip().splitlines()[0]}") from None
+        raise SystemExit(f"--ckpt: {str(e).strip().splitlines()[0]}") from None
     if ckpt.get("ema") is None:
         raise SystemExit(f"--ckpt {args.ckpt}: the run kept no EMA weights (ema_decay=0); nothing to export")
     model, config = model_from_checkpoint(ckpt, ema=True), portable_config(dict(ckpt.get("config", {})))

@@ -208,9 +208,10 @@ def test_resume_continues_the_run_exactly(tmp_path, capsys, device, objective):
 def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, capsys):
     """resume/ as written before common.py: state.pt stored the step as "iter_num", there was no
     manifest.json, and the rank file held the data position as (epoch, position in the rank's share).
-    Such a directory still resumes exactly, with a warning that its files are not verified. Checked:
-    fails with KeyError when resumed_step reads only "step", when a missing manifest is refused, and
-    when Batches reads the old (epoch, pos) as a global position without saying so."""
+    Such a directory still resumes exactly with --allow_unverified_resume=True (without it a missing manifest
+    is refused: tests/test_missing_digest.py), with a warning that its files are not verified. Checked:
+    fails with KeyError when resumed_step reads only "step", when the flag does not let a missing manifest
+    through, and when Batches reads the old (epoch, pos) as a global position without saying so."""
     os.chdir(ROOT)
     _run(tmp_path / "a", "--objective=rollout", "--max_iters=3", "--save_interval=0")
     straight = _losses(capsys.readouterr().out)
@@ -225,7 +226,8 @@ def test_resume_reads_a_resume_dir_written_before_the_step_rename(tmp_path, caps
     mine["data"] = {"epoch": mine["data"]["pos"] // 512, "pos": mine["data"]["pos"] % 512}  # 512 toy rows, 1 rank
     torch.save(mine, rank_file)
     capsys.readouterr()
-    _run(tmp_path / "b", "--objective=rollout", "--max_iters=3", "--save_interval=0", "--resume=True")
+    _run(tmp_path / "b", "--objective=rollout", "--max_iters=3", "--save_interval=0", "--resume=True",
+         "--allow_unverified_resume=True")
     captured = capsys.readouterr()
     log = captured.out
     assert "at step 2" in log and _losses(log) == straight[2:] and "are not verified" in captured.err

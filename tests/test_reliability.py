@@ -318,9 +318,10 @@ def test_a_corrupted_weights_file_is_refused_by_every_loader(tmp_path, capsys):
         load_model(str(meta_damaged))
 
 
-def test_a_weights_file_without_a_digest_loads_with_a_warning(tmp_path, capsys):
-    """Files exported before digests existed still load (older runs' exports), saying they are not verified;
-    export_reference.py writes them again with a digest and the same tensors."""
+def test_a_weights_file_without_a_digest_is_refused_and_export_reference_adds_one(tmp_path, capsys):
+    """A file exported before digests existed cannot be told from one whose digest entry was damaged: load_model
+    refuses it in one line naming the way out, export_reference.py --allow_unverified, which writes it again with
+    a digest and the same tensors. Bug checked: read_weights loading a save_weights file without a digest."""
     from safetensors.torch import load_file, save_file
     from safetensors import safe_open
     src = os.path.join(ROOT, "reference", "mlm.safetensors")
@@ -328,12 +329,11 @@ def test_a_weights_file_without_a_digest_loads_with_a_warning(tmp_path, capsys):
         meta = {k: v for k, v in f.metadata().items() if k != common.WEIGHTS_DIGEST}
     old = tmp_path / "old.safetensors"
     save_file(load_file(src), old, metadata=meta)
-    capsys.readouterr()
-    load_model(str(old))
-    assert "carries no sha256" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="has no sha256 .* --allow_unverified$"):
+        load_model(str(old))
     from scripts import export_reference
-    export_reference.main([f"--ckpt={old}", f"--out={tmp_path / 'new.safetensors'}"])
-    capsys.readouterr()
+    export_reference.main([f"--ckpt={old}", f"--out={tmp_path / 'new.safetensors'}", "--allow_unverified"])
+    assert "carries no sha256: its weights are not verified" in capsys.readouterr().err
     model, _ = load_model(str(tmp_path / "new.safetensors"))
     assert capsys.readouterr().err == ""
     assert all(torch.equal(load_file(src)[k], v) for k, v in model.state_dict().items())
