@@ -45,6 +45,32 @@ def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     fastdllm = "\n".join(json.loads((out / "fastdllm_train.json").read_text())["output"])
     assert fastdllm.count("step 2 |") == 2
     assert "| prefix cache | " in report and "| relay |" in report and "| sft |" in report
+    check_standin_pair(out)
+
+
+def check_standin_pair(out) -> None:
+    """The 7.1M pair's part at toy sizes: compute-matched (MLM 80 steps, Relay 40 of two forwards each), every
+    kept point evaluated with the light protocol and the last with the full one, and the compared EMA weights
+    back as bf16 files that load and equal the run's fp32 EMA rounded. Fails when MLM trains Relay's step
+    count (checked) or the weights travel in fp32 (checked)."""
+    import torch
+    from safetensors.torch import load_file
+    from common import load_model
+    pair_dir = out / "gpu_standin"
+    pair = json.loads((pair_dir / "pair.json").read_text())
+    assert pair["planned_steps"] == {"mlm": 80, "relay": 40} and pair["final_equivalents"] == 80
+    assert {o: r["steps"] for o, r in pair["runs"].items()} == {"mlm": 80, "relay": 40}
+    assert "| test hard cohort |" in (pair_dir / "summary.md").read_text()
+    for run, step in (("mlm_s1", 80), ("relay_s1", 40)):
+        for set_slug in ("top1465", "test", "test_hard_cohort"):
+            assert sorted(os.listdir(pair_dir / run / set_slug)) == ["full_80.json", "light_40.json", "light_80.json"]
+        assert (pair_dir / run / "metrics.jsonl").exists()
+        returned = str(pair_dir / "weights" / f"{run}_80.safetensors")
+        ema = load_file(str(out / "work" / "standin_pair_runs" / run / "kept" / f"step_{step}.safetensors"))
+        state = load_file(returned)
+        assert all(t.dtype == torch.bfloat16 for t in state.values()) and state.keys() == ema.keys()
+        assert all(torch.equal(state[k], ema[k].to(torch.bfloat16)) for k in ema)
+        load_model(returned)  # its digest and config read back
 
 
 def fake_plan(monkeypatch, parts: list[Part]) -> None:
@@ -64,8 +90,8 @@ class SlowMachine:
     """A fake clock and a fake run_command: each command takes `seconds` on the fake clock, or is stopped
     at its timeout (returning None, as run_command does) when that comes first. Nothing runs for real."""
 
-    def __init__(self, monkeypatch, seconds: float):
-        self.now, self.seconds, self.commands = 0.0, seconds, []
+    def __init__(self, monkeypatch, seconds: float, output: str = "| result |"):
+        self.now, self.seconds, self.output, self.commands = 0.0, seconds, output, []
         monkeypatch.setattr(gpu_check, "clock", lambda: self.now)
         monkeypatch.setattr(gpu_check, "run_command", self.run_command)
 
@@ -75,7 +101,7 @@ class SlowMachine:
             self.now += timeout
             return None, ""
         self.now += self.seconds
-        return 0, "| result |"
+        return 0, self.output
 
 
 def quick_part(name: str, limit_s: int = 3600) -> Part:
@@ -115,6 +141,28 @@ def test_the_budget_cuts_the_running_part_and_starts_no_more(tmp_path, monkeypat
 def test_a_budget_that_is_not_positive_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="--budget_minutes must be > 0, got 0"):
         run(tmp_path, "--budget_minutes=0")
+
+
+def test_pack_returns_the_report_in_few_files_and_says_what_does_not_fit(tmp_path, monkeypatch, capsys):
+    """--pack: the report and the parts' results (not work/, where the runs, data and checkpoints are) in one
+    gpu_report.tgz, each weights file beside it; a file over the size limit is named and the exit status is 1.
+    Fails when work/ goes into the archive (checked: its checkpoint then did) or a weights file is left out."""
+    import tarfile
+    out, dest = tmp_path / "report", tmp_path / "returned"
+    write = ("import os, sys; w = sys.argv[1]; os.makedirs(w + '/work/run', exist_ok=True); "
+             "os.makedirs(w + '/results/weights', exist_ok=True); open(w + '/work/run/ckpt.pt', 'wb').write(bytes(64)); "
+             "open(w + '/results/summary.md', 'w').write('| ok |'); "
+             "open(w + '/results/weights/mlm_s1_8.safetensors', 'wb').write(bytes(2048)); print('| ok |')")
+    fake_plan(monkeypatch, [Part("writer", "Writes", lambda: [[PY, "-c", write, str(out)]], 30, 1, r"\| ok \|")])
+    assert run(out, f"--pack={dest}") == 0
+    assert sorted(os.listdir(dest)) == ["gpu_report.tgz", "mlm_s1_8.safetensors"]
+    with tarfile.open(dest / "gpu_report.tgz") as tar:
+        names = tar.getnames()
+    assert {"gpu_report/report.md", "gpu_report/writer.json", "gpu_report/results/summary.md"} <= set(names)
+    assert not [n for n in names if "work" in n or n.endswith(".safetensors")], names
+    monkeypatch.setattr(gpu_check, "RETURNED_FILE_BYTES", 1024)
+    assert run(out, f"--pack={dest}") == 1
+    assert "mlm_s1_8.safetensors is 0.0 MiB, over the 0 MiB" in capsys.readouterr().err
 
 
 def test_a_part_that_prints_no_result_fails(tmp_path, monkeypatch):
@@ -169,7 +217,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, train_profile, standin_study"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, tests, train_profile, standin_study"):
         run(tmp_path, "--parts=nope")
 
 
@@ -195,6 +243,9 @@ def check_arguments(cmd: list[str]) -> None:
     elif script == "scripts/standin_study.py":
         from scripts import standin_study
         standin_study.parse_args(args)
+    elif script == "scripts/gpu_standin.py":
+        from scripts import gpu_standin
+        gpu_standin.parse_args(args)
     else:
         loaders = {"bench/bench_train.py": bench_train.BenchConfig, "bench/bench_generate.py": bench_generate.BenchConfig,
                    "bench/memory_profile.py": memory_profile.Config}
@@ -209,7 +260,7 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 34
+    assert len(commands) == 35
     for cmd in commands:
         check_arguments(cmd)
 
