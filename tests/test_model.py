@@ -161,11 +161,15 @@ def test_model_py_imports_only_torch_and_relay():
     assert {m.split(".")[0] for m in modules} <= {"torch", "relay", "dataclasses", "math", "typing"}, modules
 
 
-def test_weights_file_round_trip(tmp_path):
+@pytest.mark.parametrize("tied", [False, True])
+def test_weights_file_round_trip(tmp_path, tied):
     """save_weights -> load_model gives the same model in eval mode (dropout 0.1 here, so a loader that
-    left the model in train mode fails; so does one that dropped the relay LayerNorm or the config)."""
+    left the model in train mode fails; so does one that dropped the relay LayerNorm or the config). Tied
+    embeddings too: on the CPU their one tensor under two names made safetensors refuse to write the file
+    (a Table 1 preset with keep_interval failed at its first kept step; fails without save_weights' clone)."""
     torch.manual_seed(0)
-    model = SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, relay=True, pos_emb=True))
+    model = SudokuTransformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, d_ff=64, relay=True, pos_emb=True,
+                                          tie_embeddings=tied))
     with torch.no_grad():
         model.relay_norm.bias.normal_()
     path = str(tmp_path / "m.safetensors")
