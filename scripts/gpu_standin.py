@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripts import runs, standin_report  # noqa: E402
+from scripts import runs, standin_protocol, standin_report  # noqa: E402
 from scripts.standin_study import FORWARDS, FULL, LIGHT, SETS, SMOKE_PROTOCOL  # noqa: E402
 
 PY = sys.executable
@@ -143,10 +143,10 @@ def evaluations(args: argparse.Namespace, points: dict[str, list[int]], final: i
         for eq, protocol in [(eq, "light") for eq in points[o] if eq <= final] + [(final, "full")]:
             spec = SMOKE_PROTOCOL if args.smoke else LIGHT if protocol == "light" else FULL
             for set_name, file in SETS.items():
-                out = standin_report.result_path(args.out, name, set_name, protocol, eq)
+                out = standin_protocol.result_path(args.out, name, set_name, protocol, eq)
                 if os.path.exists(out):
                     continue
-                log = os.path.join(args.runs, name, "eval", f"{standin_report.slug(set_name)}_{protocol}_{eq}.log")
+                log = os.path.join(args.runs, name, "eval", f"{standin_protocol.slug(set_name)}_{protocol}_{eq}.log")
                 jobs.append(([PY, "sample.py", f"--ckpt={bf16_path(args, o, eq)}",
                               f"--data={os.path.join(args.data_dir, file)}", f"--n={spec['n'][set_name]}",
                               f"--taus={','.join(f'{t:g}' for t in spec['taus'])}", "--per_puzzle=True",
@@ -208,7 +208,7 @@ def summary_rows(out: str, found: dict, eq: int) -> dict[str, str]:
     """{set name: the Markdown cells after the set's name} for one study's pairs at compute eq."""
     cells = {}
     for name in SETS:
-        r = matched(found, standin_report.slug(name), eq)
+        r = matched(found, standin_protocol.slug(name), eq)
         if r is None:
             continue
         head = f"{describe(out, name, eq, r['seeds'][0])} | {eq:,}"
@@ -231,7 +231,7 @@ def describe(out: str, set_name: str, eq: int, seed: int) -> str:
     """"parameters | batch | device" of a study's MLM run, from the run config its full result records."""
     import torch
     from model import model_from_config
-    with open(standin_report.result_path(out, run_name("mlm", seed), set_name, "full", eq)) as f:
+    with open(standin_protocol.result_path(out, run_name("mlm", seed), set_name, "full", eq)) as f:
         saved = json.load(f)
     config = saved["checkpoints"][0]["config"]
     with torch.device("meta"):
@@ -347,7 +347,7 @@ def check_same_puzzles(data_dir: str, compare: str) -> None:
     from sudoku.puzzle_files import load_puzzles
     from sudoku.report import data_source
     for name, file in SETS.items():
-        folder = os.path.dirname(standin_report.result_path(compare, "mlm_s1", name, "full", 0))
+        folder = os.path.dirname(standin_protocol.result_path(compare, "mlm_s1", name, "full", 0))
         found = sorted(f for f in os.listdir(folder) if f.startswith("full_")) if os.path.isdir(folder) else []
         if not found:
             raise SystemExit(f"--compare={compare}: no full results in {folder}; --compare= reads no study beside this one")

@@ -49,7 +49,7 @@ def test_the_data_must_hold_the_puzzles_the_cpu_study_scored(tmp_path):
     data.mkdir()
     for name, file in gpu_standin.SETS.items():
         write_set(data / file, rows)
-        folder = study / "mlm_s1" / gpu_standin.standin_report.slug(name)
+        folder = study / "mlm_s1" / gpu_standin.standin_protocol.slug(name)
         folder.mkdir(parents=True)
         n = 0 if name == "test hard cohort" else 5
         kept = {"n": n, "data_source": {"puzzles": {"all": digest(rows[:n] if n else rows)}}}
