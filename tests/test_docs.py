@@ -75,7 +75,7 @@ def test_slug_matches_github():
 
 
 def test_readme_is_a_five_minute_read():
-    """At most 200 lines and 1,800 words (wc -l, wc -w). Fails with 30 lines added (checked)."""
+    """At most 200 lines and 1,800 words (wc -l, wc -w). Fails with 36 lines added (checked)."""
     text = open(README, encoding="utf-8").read()
     lines, words = text.count("\n"), len(text.split())
     assert lines <= MAX_README_LINES and words <= MAX_README_WORDS, f"README.md: {lines} lines, {words} words"
