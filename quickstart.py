@@ -6,7 +6,7 @@ as one table and one figure.
     python quickstart.py --models=easy   # the earlier pair trained on the easy generated mix
 
 reference/standin_mlm.safetensors and reference/standin_relay.safetensors are the EMA weights of two
-0.8M-parameter models trained from scratch on the CPU, seed 1 of the stand-in study (docs/standin.md):
+0.8M-parameter models trained from scratch on the CPU, seed 1 of the stand-in study (docs/results.md):
 Sudoku-Extreme's composition built offline (26% easy generated puzzles, 74% hard ones from larsdoku),
 the same compute for both (MLM: 24,000 steps; Relay, K = 2: 12,000 steps of two forwards each). Both
 decode two sets neither has seen: the first puzzles of Top1465, a classic collection of hard puzzles

@@ -136,7 +136,7 @@ def plan(smoke: bool, work: str) -> list[Part]:
         return [[PY, "bench/memory_profile.py", *sizes, f"--out={os.path.dirname(work)}/memory_profile"]]
 
     def standin() -> list[list[str]]:
-        """The stand-in study (docs/standin.md) as on the CPU, every run at once. Its data must be built where
+        """The stand-in study (docs/reproduce.md) as on the CPU, every run at once. Its data must be built where
         larsdoku is installed and carried (train.npy, val.npy, test.npy, meta.json and the three parquets of
         the evaluation sets, about 33 MB); its kept results land beside the report, the runs in work/."""
         where = [f"--runs={work}/standin_runs", f"--out={os.path.dirname(work)}/standin_study"]

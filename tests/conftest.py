@@ -15,12 +15,12 @@ if ROOT not in sys.path:
 
 
 # -----------------------------------------------------------------------------
-# --device: run the tests that take the `device` fixture on an accelerator (docs/testing.md)
+# --device: run the tests that take the `device` fixture on an accelerator (docs/developing.md)
 
 def pytest_addoption(parser):
     parser.addoption("--device", default="cpu",
                      help="device for the tests that take the `device` fixture: cpu (default), cuda, cuda:N or mps; "
-                          "any other device deselects the tests that do not take it (docs/testing.md)")
+                          "any other device deselects the tests that do not take it (docs/developing.md)")
     parser.addoption("--humanevalplus", default=os.environ.get("RELAY_HUMANEVALPLUS", ""),
                      help="EvalPlus' HumanEvalPlus.jsonl.gz for the HumanEval+ tests (default $RELAY_HUMANEVALPLUS; "
                           "without it they are skipped; where to get it: docs/sandbox.md)")

@@ -1,4 +1,4 @@
-"""The --device option of tests/conftest.py (docs/testing.md): a GPU run must run on the GPU or stop.
+"""The --device option of tests/conftest.py (docs/developing.md): a GPU run must run on the GPU or stop.
 
 Both tests run pytest in-process on a two-test file with torch.cuda patched, so they check the same
 thing on a machine with or without CUDA.
