@@ -1,5 +1,5 @@
 """The paper's 7.1M model on the stand-in, MLM against Relay compute-matched, trained side by side on one GPU
-and evaluated there with the stand-in study's protocol (docs/standin.md). Not comparable with Table 1.
+and evaluated there with the stand-in study's protocol (docs/reproduce.md, "The study"). Not comparable with Table 1.
 
     python scripts/gpu_standin.py --data_dir=data/sudoku-standin-gpu   # on a GPU: about 8 minutes
     python scripts/gpu_standin.py --smoke                              # CPU, toy sizes: the same path (what CI runs)
@@ -37,7 +37,7 @@ PY = sys.executable
 PAPER_STEPS = 300_000  # App. A.1: 300k steps, warm-up 2,000, constant learning rate after it; EMA 0.9999
 PAPER_WARMUP, PAPER_EMA = 2000, 0.9999
 # Relay steps that fit --train_minutes=6 with MLM's twice as many beside them, compiled, compile time included:
-# MLM 10.3 and Relay 20.4 ms a step alone on the H200 (docs/gpu_report_h200.md), 205 s of steps for 4,800
+# MLM 10.3 and Relay 20.4 ms a step alone on the H200 (docs/gpu.md, "The H200 report"), 205 s of steps for 4,800
 # and 9,600 plus about 100 s of compiling; the H100's memory is about 1.4x slower
 PLANNED_RELAY_STEPS = {"H200": 4800, "H100": 3600}
 OTHER_GPU_RELAY_STEPS = 3000
