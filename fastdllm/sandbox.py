@@ -335,6 +335,13 @@ def program_view() -> View:
     return View(tuple(symlinks), tuple(read_only), tuple(hidden))
 
 
+def jail_python() -> str:
+    """This interpreter's path as the jail sees it: its folder resolved (the view binds real paths only, so a
+    venv reached through a symlinked folder would be missing there), its own name kept (a venv's python finds
+    the venv by the folder it is called from)."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+
+
 def _bwrap_argv(job_dir: str) -> list[str]:
     """bwrap arguments: namespaces, program_view() in its order, /job read-only, /proc, /dev."""
     view = program_view()
@@ -384,7 +391,7 @@ def _bwrap_problem() -> str:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     with tempfile.TemporaryDirectory() as d:
         try:
-            code, err = _try_trivial_program(_bwrap_argv(d) + ["--", sys.executable, "-I", "-c", "pass"])
+            code, err = _try_trivial_program(_bwrap_argv(d) + ["--", jail_python(), "-I", "-c", "pass"])
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"bwrap does not start: {e}"
     return "" if code == 0 else f"bwrap does not work here: {_last_line(err, code)}"
@@ -397,7 +404,7 @@ def _namespaces_problem() -> str:
         return f"needs Linux namespaces (this is {sys.platform})"
     with tempfile.TemporaryDirectory() as d:
         try:
-            code, err = _try_trivial_program(_namespaces_argv(d, [sys.executable, "-I", "-c", "pass"], {}))
+            code, err = _try_trivial_program(_namespaces_argv(d, [jail_python(), "-I", "-c", "pass"], {}))
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"the namespace launcher does not start: {e}"
     return "" if code == 0 else _last_line(err, code).removeprefix("namespaces: ")
@@ -581,7 +588,7 @@ def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mo
             f.write(RUNNER + job_code)
         with open(files["job.json"], "w") as f:
             json.dump(job, f)
-        inside = [sys.executable, "-I", "/job/runner.py", "/job/job.json"]
+        inside = [jail_python(), "-I", "/job/runner.py", "/job/job.json"]
         if mode == "bwrap":
             argv, cwd, env = _bwrap_argv(job_dir) + ["--", *inside], job_dir, {}
         elif mode == "namespaces":

@@ -442,3 +442,13 @@ def test_namespaces_mode_says_why_it_cannot_start():
                         sys.executable, probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     expected = "cannot create namespaces: No space left on device (user.max_user_namespaces is 0 or reached)"
     assert p.stdout.strip() == repr(expected), p.stderr
+
+
+def test_an_interpreter_reached_through_a_symlinked_folder_runs_programs(mode, tmp_path, monkeypatch):
+    """A venv whose folder is a symlink (`.venv -> /elsewhere/.venv`): the view binds real paths only, so the
+    jail must call the interpreter by its resolved folder (checked: called as sys.executable, bwrap could not
+    find it and every program failed)."""
+    link = tmp_path / "bin"
+    link.symlink_to(os.path.dirname(os.path.realpath(sys.executable)))
+    monkeypatch.setattr(sys, "executable", str(link / os.path.basename(os.path.realpath(sys.executable))))
+    assert base(RIGHT, mode)["passed"] and not base(WRONG, mode)["passed"]
