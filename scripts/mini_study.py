@@ -71,8 +71,7 @@ def keep(src: str, dst: str) -> None:
     model, tokenizer = load_fastdllm(src, dtype=torch.bfloat16)
     with open(os.path.join(src, "manifest.json")) as f:
         step = json.load(f).get("step", 0)
-    save_fastdllm(model, tokenizer, dst + ".tmp")
-    common.write_manifest(dst + ".tmp", {"step": step})
+    save_fastdllm(model, tokenizer, dst + ".tmp", info={"step": step})
     common.swap_in(dst + ".tmp", dst)
     print(f"kept {src} as {dst} (bf16)")
 

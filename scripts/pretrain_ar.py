@@ -146,8 +146,7 @@ def save_model(cfg: PretrainConfig, model, tokenizer, step: int) -> None:
     """out_dir/model/: the Fast-dLLM v2 checkpoint stage B starts from, with its manifest."""
     final = os.path.join(cfg.out_dir, "model")
     tmp = final + ".tmp"
-    save_fastdllm(model, tokenizer, tmp)
-    common.write_manifest(tmp, {"step": step})
+    save_fastdllm(model, tokenizer, tmp, info={"step": step})
     common.swap_in(tmp, final)
     print(f"saved {final}")
 
