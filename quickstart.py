@@ -29,7 +29,7 @@ from tqdm import tqdm
 import sudoku.frontier
 import sudoku.board
 import sudoku.hard
-from common import load_model
+from common import folder_problem, load_model
 from sudoku.puzzle_files import strings_to_digits
 from sudoku.decode import decode_boards
 
@@ -108,8 +108,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if not 1 <= args.n <= 1465:
         raise SystemExit("--n must be in 1..1465 (Top1465 has 1,465 puzzles)")
-    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
-        raise SystemExit(f"--out_dir={args.out_dir} is a file, not a directory; choose another --out_dir")
+    if args.seed < 0:
+        raise SystemExit(f"--seed must be >= 0, got {args.seed}")
+    problem = folder_problem(args.out_dir)
+    if problem:
+        raise SystemExit(f"--out_dir={args.out_dir} {problem}; choose another --out_dir")
     references = REFERENCES[args.models]
     missing = [path for path in references.values() if not os.path.exists(path)]
     if missing:

@@ -28,7 +28,7 @@ import time
 import numpy as np
 import torch
 
-from common import load_model, pick_device
+from common import folder_problem, load_model, pick_device
 from sudoku.board import MASK, N_CELLS
 from sudoku.frontier import AUTHORS_BUDGETS, AUTHORS_TAUS
 from sudoku.decode import (DTYPES, DecodeResult, batch_level_nfe, check_questions, decode_puzzles, device_of, is_legal,
@@ -235,6 +235,9 @@ def check_sampler_args(args: argparse.Namespace) -> None:
                          "and the samples would be identical")
     if args.frontier and not args.budgets:
         raise SystemExit("--budgets: give one or more NFE budgets, e.g. --budgets=15,20,25,30")
+    if not all(0 < b < float("inf") for b in args.budgets):
+        raise SystemExit(f"--budgets must be finite numbers > 0, got {','.join(f'{b:g}' for b in args.budgets)}")
+
     args.frontier_nfe = [k.strip() for k in args.frontier_nfe.split(",") if k.strip()]
     if not args.frontier_nfe or any(k not in NFE_AXES for k in args.frontier_nfe):
         raise SystemExit(f"--frontier_nfe: give one or more of {', '.join(NFE_AXES)}, comma-separated")
@@ -299,6 +302,9 @@ def check_output_paths(args: argparse.Namespace) -> None:
         folder = os.path.dirname(os.path.abspath(path))
         if flag != "out" and not os.path.isdir(folder):
             raise SystemExit(f"--{flag}={path}: the directory {folder} does not exist; create it first")
+        problem = folder_problem(folder)  # --out creates its folder: not under a file
+        if problem:
+            raise SystemExit(f"--{flag}={path}: its folder {problem}")
         if os.path.isdir(path):
             raise SystemExit(f"--{flag}={path} is a directory; give a file name")
 

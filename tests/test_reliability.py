@@ -466,7 +466,8 @@ def test_bad_train_inputs_stop_with_one_line_and_write_nothing(tmp_path, capsys)
 def test_bad_sample_inputs_stop_before_decoding(tmp_path, monkeypatch):
     """sample.py: a 0-byte, foreign or corrupted --ckpt and a --plot / --dump into a missing directory
     stop with one line before any puzzle is decoded. Bug checked: check_output_paths not called (the
-    --plot error came after all decoding, here caught by the decode spy)."""
+    --plot error came after all decoding, here caught by the decode spy; --out under a file and a negative
+    budget were refused only after decoding, with a traceback)."""
     data = puzzle_csv(tmp_path / "p.csv", seed=0)
     good = tiny_checkpoint(tmp_path / "good.pt")
     (tmp_path / "empty.pt").write_bytes(b"")
@@ -479,9 +480,11 @@ def test_bad_sample_inputs_stop_before_decoding(tmp_path, monkeypatch):
                           ([f"--ckpt={bad}"], "corrupted"),
                           ([f"--ckpt={good}", f"--plot={tmp_path / 'no' / 'p.png'}"], "--plot"),
                           ([f"--ckpt={good}", f"--dump={tmp_path / 'no' / 'd.jsonl'}"], "--dump"),
-                          ([f"--ckpt={good}", f"--plot={tmp_path}"], "is a directory")]:
+                          ([f"--ckpt={good}", f"--plot={tmp_path}"], "is a directory"),
+                          ([f"--ckpt={good}", f"--out={tmp_path / 'p.csv' / 'r.json'}"], "is a file, not a directory"),
+                          ([f"--ckpt={good}", "--budgets=20,-1"], "--budgets must be finite numbers > 0")]:
         with pytest.raises(SystemExit) as e:
-            sample.main([*args, f"--data={data}", "--n=3", f"--out={tmp_path / 'out' / 'r.json'}"])
+            sample.main([f"--data={data}", "--n=3", f"--out={tmp_path / 'out' / 'r.json'}", *args])
         assert "\n" not in str(e.value.code) and message in str(e.value.code), (args, e.value.code)
         assert not (tmp_path / "out").exists() and not (tmp_path / "no").exists()
 
@@ -495,7 +498,9 @@ def test_command_lines_print_one_line_and_no_traceback(tmp_path):
     for cmd, message in [(["train_sudoku.py", str(broken), f"--out_dir={tmp_path / 'o'}"],
                           f"config file {broken}, line 2: syntax error"),
                          (["sample.py", f"--ckpt={tmp_path / 'empty.pt'}"], "is empty (0 bytes)"),
-                         (["quickstart.py", f"--out_dir={tmp_path / 'empty.pt'}"], "is a file, not a directory")]:
+                         (["quickstart.py", f"--out_dir={tmp_path / 'empty.pt'}"], "is a file, not a directory"),
+                         (["quickstart.py", f"--out_dir={tmp_path / 'empty.pt' / 'sub'}"], "is under the file"),
+                         (["quickstart.py", "--seed=-1"], "--seed must be >= 0")]:
         proc = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True, env=env)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and message in lines[0], (cmd, proc.stderr)
