@@ -277,6 +277,28 @@ def gap_over_compute(results: list[dict], a: str = "sft", b: str = "relay") -> l
     return lines
 
 
+def training_cost(out: str) -> list[str]:
+    """Each fine-tune's throughput from its kept train_metrics.jsonl: the median of its logged tokens/s (wall
+    clock, one thread; the study's two lanes share the machine, so runs are compared within the study only)."""
+    lines = ["| run | steps | median tokens/s | relative to Vanilla SFT (same seed) |", "| --- | --- | --- | --- |"]
+    rates = {}
+    for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        path = os.path.join(out, model, "train_metrics.jsonl")
+        if model in ("pretrain", "base", "gate") or not os.path.isfile(path):
+            continue
+        rows = [r for r in read_jsonl(path) if "tokens_per_s" in r]
+        if rows:
+            speeds = sorted(r["tokens_per_s"] for r in rows)
+            rates[model] = (rows[-1]["step"], speeds[len(speeds) // 2] if len(speeds) % 2 else
+                            (speeds[len(speeds) // 2 - 1] + speeds[len(speeds) // 2]) / 2)
+    for model, (steps, rate_) in rates.items():
+        seed = model.rsplit("_s", 1)[1]
+        sft = rates.get(f"sft_s{seed}")
+        lines.append(f"| {model} | {steps} | {rate_:.0f} | {rate_ / sft[1]:.2f} |" if sft else
+                     f"| {model} | {steps} | {rate_:.0f} | - |")
+    return lines
+
+
 def plot_frontier(found: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -310,7 +332,8 @@ def report(out: str, figures: str | None = None) -> str:
              f"## Table 2's columns (tau {TABLE_TAU:g}, full protocol, last kept step)", "", *table2(found), "",
              "## Primary outcomes: NFE at tau 0.85 and pass@1 at matched NFE", "", *primary(found), "",
              "## NFE at matched pass@1 (plus)", "", *nfe_at_matched_pass(found), "",
-             "## The gap against fine-tuning compute (light protocol)", "", *gap_over_compute(results), ""]
+             "## The gap against fine-tuning compute (light protocol)", "", *gap_over_compute(results), "",
+             "## Training cost (equal steps x batch; throughput as logged)", "", *training_cost(out), ""]
     for extra in ("rollout", "relay_sg"):
         if any(method_of(m) == extra for m, _ in found):
             lines += [f"## {METHODS[extra]} against Vanilla SFT (seed 1)", "", *primary(found, "sft", extra), ""]

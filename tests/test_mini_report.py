@@ -69,3 +69,16 @@ def test_nfe_at_a_matched_pass_rate_reads_the_curve_sideways():
     # seen split: pass 50% at NFE 5, 100% at NFE 10
     assert R.nfe_at_pass(curve, "seen", 60.0) == pytest.approx(6.0)
     assert R.nfe_at_pass(curve, "seen", 40.0) is None
+
+
+def test_training_cost_is_the_median_logged_throughput_against_the_same_seeds_sft(tmp_path):
+    """Hand-worked: SFT seed 1 logs 900, 1000, 1300 tokens/s (median 1000); Relay seed 1 logs 400, 600, 700, 2000
+    (median of an even count: 650, so 0.65 of SFT); Relay seed 2 has no SFT of its seed. Fails with the mean
+    instead of the median (relay 925, checked) or with the ratio taken against another seed's SFT."""
+    logs = {"sft_s1": [900, 1300, 1000], "relay_s1": [600, 400, 2000, 700], "relay_s2": [500], "base": [1]}
+    for model, speeds in logs.items():
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "train_metrics.jsonl").write_text(
+            "".join(json.dumps(dict(step=10 * (i + 1), loss=1.0, tokens_per_s=v)) + "\n" for i, v in enumerate(speeds)))
+    rows = R.training_cost(str(tmp_path))[2:]
+    assert rows == ["| relay_s1 | 40 | 650 | 0.65 |", "| relay_s2 | 10 | 500 | - |", "| sft_s1 | 30 | 1000 | 1.00 |"]
