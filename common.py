@@ -339,14 +339,16 @@ def run_files(out_dir: str, patterns: tuple[str, ...]) -> list[str]:
 
 
 def folder_problem(path: str) -> str | None:
-    """Why `path` cannot be a directory to write in ("is a file, not a directory", "is under the file F"),
-    or None; checked before any work, nothing written."""
+    """Why `path` cannot be a directory to write in ("is a file, not a directory", "is under the file F",
+    "is under F, which is not writable"), or None; checked before any work, nothing written."""
     full = os.path.abspath(path)
     existing = full
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         return "is a file, not a directory" if existing == full else f"is under the file {existing}"
+    if not os.access(existing, os.W_OK):
+        return "is not writable" if existing == full else f"is under {existing}, which is not writable"
     return None
 
 

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+import common
 import sudoku.board
 import sudoku.hard
 import sudoku.standin
@@ -116,9 +117,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--path is read by --source=file only (--source={args.source} would ignore your puzzles)")
     if args.path and not os.path.isfile(args.path):
         p.error(f"--path={args.path}: no such file")
-    problem = out_dir_problem(args.out_dir)
+    problem = common.folder_problem(args.out_dir)
     if problem:
-        p.error(f"--out_dir={args.out_dir}: {problem}")
+        p.error(f"--out_dir={args.out_dir} {problem}")
     if args.drop_overlap and args.source != "hf":
         p.error("--drop_overlap is for --source=hf: every other source always drops overlaps")
     if args.hard and args.source != "generate":
@@ -136,19 +137,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
     return args
-
-
-def out_dir_problem(path: str) -> str | None:
-    """Why the data cannot be written to `path` (checked before the build: it can take hours), or None."""
-    full = os.path.abspath(path)
-    existing = full
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return "is a file, not a folder" if existing == full else f"{existing} is a file, not a folder"
-    if not os.access(existing, os.W_OK):
-        return f"{existing} is not writable"
-    return None
 
 
 def _cache_key(args: argparse.Namespace) -> dict:

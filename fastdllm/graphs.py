@@ -75,18 +75,6 @@ class StaticBlockCache(Cache):
         self.write_pos = torch.zeros(0, dtype=torch.long, device=device)
         super().__init__(layers=[_StaticLayer(self, shape, dtype, device) for _ in range(config.num_hidden_layers)])
 
-    def denoise(self, x: torch.Tensor, b_start: int, q0: int, end: int, hbuf: torch.Tensor | None,
-                has_carry: torch.Tensor, active: torch.Tensor) -> FastDLLMOutput:
-        """A denoising forward of the whole block (q0, end are its bounds: no sub-block cache here), one
-        forward for every row: the carry hbuf (b, bs, d) goes to the rows in has_carry, gated per row."""
-        carry = hbuf is not None and bool(has_carry.any())
-        return self.block(x, b_start, shift_hidden(hbuf) if carry else None, has_carry)
-
-    def cache_block(self, x: torch.Tensor, b_start: int) -> FastDLLMOutput:
-        """The clean block's keys and values into the cache (no carry); the last logit predicts the next block's
-        first token."""
-        return self.block(x, b_start)
-
     def keep_rows(self, keep: torch.Tensor) -> None:
         """The rows `keep` move to the front of every buffer, in that order (the others are dropped)."""
         n = keep.numel()
