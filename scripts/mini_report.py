@@ -187,6 +187,11 @@ def at_tau(curve: list[dict], tau: float) -> dict | None:
 # the report
 
 
+def one(value: float) -> str:
+    """One decimal, or "-" where there is no value (a seed s.d. from one seed)."""
+    return "-" if math.isnan(value) else f"{value:.1f}"
+
+
 def fmt(values: list[float], digits: int = 1) -> str:
     if not values:
         return "-"
@@ -225,11 +230,11 @@ def primary(found: dict, a: str = "sft", b: str = "relay") -> list[str]:
             nfe_a = mean([mean(select(x, split, "nfe")) for x, _ in tau_pairs])
             nfe_b = mean([mean(select(y, split, "nfe")) for _, y in tau_pairs])
             lines.append(f"**{name}, NFE at tau {TABLE_TAU:g}:** {METHODS[a]} {nfe_a:.1f}, {METHODS[b]} {nfe_b:.1f}, "
-                         f"difference {d:+.1f} (s.e. {se:.1f}, seed s.d. {spread:.1f})")
+                         f"difference {d:+.1f} (s.e. {se:.1f}, seed s.d. {one(spread)})")
             lines.append("")
         lines += [f"**{name}, pass@1 (plus) at matched NFE:**", "",
                   f"| NFE | {METHODS[a]} | {METHODS[b]} | difference | s.e. | seed s.d. |", "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {n:.1f} | {x:.1f} | {y:.1f} | {d:+.1f} | {se:.1f} | {s:.1f} |"
+        lines += [f"| {n:.1f} | {x:.1f} | {y:.1f} | {d:+.1f} | {se:.1f} | {one(s)} |"
                   for n, x, y, d, se, s in matched_rows(pairs, split)] or ["| (the NFE ranges do not overlap) |"]
         lines.append("")
     return lines

@@ -255,12 +255,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gate_steps", type=int, default=400, help="16 task rows per step")
     p.add_argument("--smoke", action="store_true", help="toy sizes, in runs/mini-smoke")
     args = p.parse_args(argv)
-    args.seeds = runs.int_list(args.seeds)
+    args.seeds = runs.seed_list(args.seeds, "--seeds")
     args.extra = [o.strip() for o in args.extra.split(",") if o.strip()]
-    bad = [o for o in args.extra if o not in OBJECTIVES]
-    if not args.seeds or bad or args.lanes < 1 or args.gate_steps < 1:
-        raise SystemExit("mini_study.py: need --seeds (at least one), --extra from " + ", ".join(OBJECTIVES)
-                         + ", --lanes >= 1 and --gate_steps >= 1")
+    bad = [o for o in args.extra if o not in OBJECTIVES[2:]]
+    if bad or len(set(args.extra)) < len(args.extra):
+        raise SystemExit(f"--extra: each of {', '.join(OBJECTIVES[2:])} at most once, got {','.join(args.extra)!r}")
+    runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
+    runs.need(args.gate_steps >= 1, "--gate_steps", ">= 1", args.gate_steps)
     args.full, args.light, args.pretrain_args, args.finetune_args = FULL, LIGHT, [], []
     if args.smoke:
         args.data_dir, args.runs = "data/mini-smoke", "runs/mini-smoke"
@@ -269,8 +270,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.pretrain_args, args.finetune_args = SMOKE_PRETRAIN, SMOKE_FINETUNE
         args.gate_steps = 2
     for key in ("data_dir", "runs", "kept", "out"):
-        if os.path.exists(getattr(args, key)) and not os.path.isdir(getattr(args, key)):
-            raise SystemExit(f"mini_study.py: --{key}={getattr(args, key)} is a file, not a directory")
+        runs.check_folder(getattr(args, key), f"--{key}")
         setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
     return args
 

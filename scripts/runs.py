@@ -15,6 +15,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import common  # noqa: E402
+
 OBJECTIVES = ("mlm", "rollout", "relay_sg", "relay")
 
 
@@ -233,12 +236,6 @@ def objective_list(text: str, flag: str) -> list[str]:
 def check_folder(path: str, flag: str) -> None:
     """Stop in one line naming the flag unless `path` is, or can be made, a folder this user writes in
     (checked before any work: a driver runs for hours before it first writes there). Writes nothing."""
-    full = os.path.abspath(path)
-    existing = full
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        where = "is a file" if existing == full else f"is under the file {existing}"
-        raise SystemExit(f"{flag}={path} {where}, not a folder")
-    if not os.access(existing, os.W_OK):
-        raise SystemExit(f"{flag}={path}: {existing} is not writable")
+    problem = common.folder_problem(path)
+    if problem:
+        raise SystemExit(f"{flag}={path} {problem}")

@@ -5,10 +5,11 @@ import os
 
 import pytest
 
-from scripts import budget_study, compare_adaptation, reproduce_cpu, runs
+from scripts import budget_study, compare_adaptation, mini_study, reproduce_cpu, runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study}
+DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study,
+           "mini_study": mini_study}
 
 CASES = [
     ("reproduce_cpu", ["--minutes=-1"], "--minutes"),
@@ -35,6 +36,14 @@ CASES = [
     ("budget_study", ["--smoke", "--iters=50"], "--iters"),
     ("budget_study", ["--minutes=5", "--iters=50"], "--iters"),
     ("budget_study", ["--runs=FILE"], "--runs"),
+    ("mini_study", ["--seeds=abc"], "--seeds"),
+    ("mini_study", ["--seeds=1,1"], "--seeds"),
+    ("mini_study", ["--extra=sft"], "--extra"),
+    ("mini_study", ["--extra=rollout,rollout"], "--extra"),
+    ("mini_study", ["--lanes=0"], "--lanes"),
+    ("mini_study", ["--gate_steps=0"], "--gate_steps"),
+    ("mini_study", ["--kept=FILE/sub"], "--kept"),
+    ("mini_study", ["--out=FILE"], "--out"),
 ]
 
 
@@ -55,3 +64,9 @@ def test_bad_flags_stop_a_driver_before_any_work(driver, argv, flag, tmp_path, m
     message = e.value.code if isinstance(e.value.code, str) else capsys.readouterr().err.strip().splitlines()[-1]
     assert flag in message and "\n" not in message, message
     assert os.listdir(tmp_path) == ["afile"] and afile.read_text() == "keep"
+
+
+def test_mini_study_reads_its_defaults():
+    """The plain command's flags parse (failed when a helper it called was renamed: int_list -> seed_list)."""
+    args = mini_study.parse_args([])
+    assert args.seeds == [1, 2, 3] and args.extra == ["rollout", "relay_sg"] and args.lanes == 2
