@@ -20,6 +20,7 @@ attention mask and its KV cache; this file adds what the library cannot express:
 import json
 import os
 import sys
+import threading
 import warnings
 from typing import NamedTuple
 
@@ -332,6 +333,11 @@ def check_files(ckpt_dir: str, downloaded: bool) -> str:
     return f"not verified: {how}"
 
 
+# from_pretrained builds the model under a process-wide meta-device context: a module built meanwhile in another
+# thread (a second load, or the relay LayerNorm) gets meta parameters and fails later with "Cannot copy out of meta tensor"
+_FROM_PRETRAINED = threading.Lock()
+
+
 def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch.dtype = torch.bfloat16,
                   device: str = "cpu") -> tuple[FastDLLM, PreTrainedTokenizerFast]:
     """Load a Fast-dLLM v2 checkpoint (local dir or hub id), with its tokenizer.
@@ -346,17 +352,9 @@ def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch
         files = _weight_files(ckpt_dir)
     except (OSError, ValueError, TypeError) as e:  # a directory that is not a (complete) checkpoint
         raise ValueError(f"{ckpt_dir} is not a readable Fast-dLLM checkpoint ({_first_line(e)})") from None
-    # the relay keys are not Qwen2's: silence transformers' "UNEXPECTED keys" report, we load them below
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        dtype_kw = {"dtype": dtype} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": dtype}
-        lm = Qwen2ForCausalLM.from_pretrained(ckpt_dir, config=config, attn_implementation="sdpa", **dtype_kw)
-    except Exception as e:  # safetensors and transformers raise many kinds on a damaged file
-        raise ValueError(f"cannot load the weights in {ckpt_dir} ({_first_line(e)})") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    model = FastDLLM(lm, use_relay=use_relay)
+    with _FROM_PRETRAINED:
+        lm = _qwen2_from_pretrained(ckpt_dir, config, dtype)
+        model = FastDLLM(lm, use_relay=use_relay)
     model.files_check = files_check
     if model.relay_layer_norm is not None:
         found = {}
@@ -375,6 +373,19 @@ def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch
     tokenizer = load_tokenizer_files(ckpt_dir)
     check_tokenizer(tokenizer, model.config)
     return model, tokenizer
+
+
+def _qwen2_from_pretrained(ckpt_dir: str, config: Qwen2Config, dtype: torch.dtype) -> Qwen2ForCausalLM:
+    # the relay keys are not Qwen2's: silence transformers' "UNEXPECTED keys" report, we load them in load_fastdllm
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        dtype_kw = {"dtype": dtype} if int(transformers.__version__.split(".")[0]) >= 5 else {"torch_dtype": dtype}
+        return Qwen2ForCausalLM.from_pretrained(ckpt_dir, config=config, attn_implementation="sdpa", **dtype_kw)
+    except Exception as e:  # safetensors and transformers raise many kinds on a damaged file
+        raise ValueError(f"cannot load the weights in {ckpt_dir} ({_first_line(e)})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def load_tokenizer_files(ckpt_dir: str) -> PreTrainedTokenizerFast:

@@ -1,6 +1,6 @@
 """Table 2 in miniature: the paper's Fast-dLLM v2 chain rebuilt small on real code, through the project's own code paths.
 
-    python scripts/mini_study.py                  # all of it, from nothing, resumable (2 cores: about 10 h)
+    python scripts/mini_study.py                  # all of it, from nothing, resumable (2 cores: about 5 h)
     python scripts/mini_study.py --report_only    # tables and figures from the kept results (--out)
     python scripts/mini_study.py --gate           # the task's difficulty check (pass@1 at tau 0.99 in 20-80%?)
     python scripts/mini_study.py --smoke          # toy sizes: the whole pipeline in a few minutes
@@ -62,15 +62,22 @@ def is_complete(ckpt_dir: str) -> bool:
     return os.path.isfile(os.path.join(ckpt_dir, "manifest.json"))
 
 
+def manifest_step(ckpt_dir: str) -> int:
+    with open(os.path.join(ckpt_dir, "manifest.json")) as f:
+        return json.load(f).get("step", 0)
+
+
 def keep(src: str, dst: str) -> None:
     """A bf16 copy of the checkpoint directory src at dst (config, weights, tokenizer, manifest), written beside
-    and swapped in: what the next stage starts from, and what the repository keeps."""
+    and swapped in: what the next stage starts from, and what the repository keeps. Skipped when dst already
+    holds src's step (a resumed study)."""
     import torch
     import common
     from fastdllm.model import load_fastdllm, save_fastdllm
+    step = manifest_step(src)
+    if is_complete(dst) and manifest_step(dst) == step:
+        return print(f"{dst} holds step {step} already, kept")
     model, tokenizer = load_fastdllm(src, dtype=torch.bfloat16)
-    with open(os.path.join(src, "manifest.json")) as f:
-        step = json.load(f).get("step", 0)
     save_fastdllm(model, tokenizer, dst + ".tmp", info={"step": step})
     common.swap_in(dst + ".tmp", dst)
     print(f"kept {src} as {dst} (bf16)")
