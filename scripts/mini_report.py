@@ -168,14 +168,16 @@ def matched_rows(pairs: list, split: str, key: str = "plus") -> list[tuple]:
     return rows
 
 
-def nfe_at_pass(curve: list[dict], split: str, target: float) -> float | None:
-    """Mean NFE where the curve's pass@1 (plus, %) reaches target, interpolated between taus; None outside."""
+def nfe_at_pass(curve: list[dict], split: str, target: float) -> list[float] | None:
+    """Per-task NFE where the curve's pass@1 (plus, %) reaches target: between the two taus whose pass@1 brackets
+    it, each task's NFE weighted as the curve's pass@1 is (so their mean is the curve's interpolated NFE); None
+    outside the curve."""
     points = sorted(curve, key=lambda r: rate(r, split))
     for lo, hi in zip(points, points[1:]):
         a, b = rate(lo, split), rate(hi, split)
         if a <= target <= b:
             w = 0.0 if a == b else (target - a) / (b - a)
-            return (1 - w) * mean(select(lo, split, "nfe")) + w * mean(select(hi, split, "nfe"))
+            return [(1 - w) * x + w * y for x, y in zip(select(lo, split, "nfe"), select(hi, split, "nfe"))]
     return None
 
 
@@ -241,22 +243,27 @@ def primary(found: dict, a: str = "sft", b: str = "relay") -> list[str]:
 
 
 def nfe_at_matched_pass(found: dict, a: str = "sft", b: str = "relay") -> list[str]:
+    """NFE of a and b at three pass@1 (plus) levels every curve of every seed pair reaches, per split; b - a
+    paired per task, as at matched NFE."""
     pairs = seed_pairs(found, None, a, b)
     lines = []
     for split, name in SPLITS.items():
-        rates = [rate(r, split) for pair in pairs for c in pair for r in c]
-        if not rates:
+        if not pairs:
             continue
         lo = max(min(rate(r, split) for r in c) for pair in pairs for c in pair)
         hi = min(max(rate(r, split) for r in c) for pair in pairs for c in pair)
+        lines += [f"**{name}:**", ""]
         if lo > hi:
-            lines.append(f"{name}: the pass@1 ranges do not overlap")
+            lines += ["the pass@1 ranges do not overlap", ""]
             continue
+        lines += [f"| pass@1 (%) | {METHODS[a]} NFE | {METHODS[b]} NFE | difference | s.e. | seed s.d. |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         for target in sorted({lo, (lo + hi) / 2, hi}):
-            xs = [nfe_at_pass(x, split, target) for x, _ in pairs]
-            ys = [nfe_at_pass(y, split, target) for _, y in pairs]
-            lines.append(f"{name}, pass@1 {target:.1f}%: NFE {METHODS[a]} {fmt([v for v in xs if v is not None])}, "
-                         f"{METHODS[b]} {fmt([v for v in ys if v is not None])}")
+            nfes = [(nfe_at_pass(x, split, target), nfe_at_pass(y, split, target)) for x, y in pairs]
+            d, se, spread = paired(nfes)
+            lines.append(f"| {target:.1f} | {mean([mean(x) for x, _ in nfes]):.1f} | {mean([mean(y) for _, y in nfes]):.1f} "
+                         f"| {d:+.1f} | {se:.1f} | {one(spread)} |")
+        lines.append("")
     return lines
 
 

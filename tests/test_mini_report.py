@@ -66,9 +66,29 @@ def test_table2_gives_mean_and_sd_over_seeds_at_tau_0_85():
 
 def test_nfe_at_a_matched_pass_rate_reads_the_curve_sideways():
     curve = [result("m", 0.5, [0, 0, 1, 0], [2, 2, 5, 5]), result("m", 0.9, [0, 0, 1, 1], [2, 2, 9, 11])]
-    # seen split: pass 50% at NFE 5, 100% at NFE 10
-    assert R.nfe_at_pass(curve, "seen", 60.0) == pytest.approx(6.0)
+    # seen split: pass 50% at NFE 5 and 5, 100% at NFE 9 and 11; 60% is a fifth of the way
+    assert R.nfe_at_pass(curve, "seen", 60.0) == pytest.approx([5.8, 6.2])
     assert R.nfe_at_pass(curve, "seen", 40.0) is None
+
+
+def test_nfe_at_matched_pass_is_paired_per_task():
+    """Seen split, hand-worked. SFT: 50% at NFE [4, 6], 100% at [8, 10]. Relay: 0% at [3, 3], 100% at [5, 7].
+    Both reach 50-100%, so the levels are 50, 75 and 100. At 75% SFT is half-way ([6, 8]) and Relay three quarters
+    of the way ([4.5, 6]): per-task differences [-1.5, -2], mean -1.75, s.e. 0.25. Fails when each level's NFE is
+    not taken per task (no s.e.) or weighted otherwise."""
+    found = R.curves([result("sft_s1", 0.5, [1, 1, 0, 1], [1, 1, 4, 6]), result("sft_s1", 0.9, [1, 1, 1, 1], [1, 1, 8, 10]),
+                      result("relay_s1", 0.5, [1, 1, 0, 0], [1, 1, 3, 3]), result("relay_s1", 0.9, [1, 1, 1, 1], [1, 1, 5, 7])],
+                     "full")
+    lines = R.nfe_at_matched_pass(found)
+    seen = lines[lines.index("**seen compositions:**"):]
+    rows = [[float(c.replace("+", "")) if c != "-" else None for c in line.strip("| ").split(" | ")]
+            for line in seen if line.startswith("| ") and line[2].isdigit()]
+    expected = [[50.0, 5.0, 4.5, -0.5, 0.5, None],  # Relay half-way from 0% to 100%: [4, 5]; SFT [4, 6]
+                [75.0, 7.0, 5.25, -1.75, 0.25, None],
+                [100.0, 9.0, 6.0, -3.0, 0.0, None]]
+    assert len(rows) == 3
+    for row, want in zip(rows, expected):
+        assert row[:5] == pytest.approx(want[:5], abs=0.051) and row[5] is want[5]
 
 
 def test_training_cost_is_the_median_logged_throughput_against_the_same_seeds_sft(tmp_path):
