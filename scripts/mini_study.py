@@ -1,6 +1,6 @@
 """Table 2 in miniature: the paper's Fast-dLLM v2 chain rebuilt small on real code, through the project's own code paths.
 
-    python scripts/mini_study.py                  # all of it, from nothing, resumable (2 cores: about 5 h)
+    python scripts/mini_study.py                  # all of it, from nothing, resumable (2 cores: about 5.5 h)
     python scripts/mini_study.py --report_only    # tables and figures from the kept results (--out)
     python scripts/mini_study.py --gate           # the task's difficulty check (pass@1 at tau 0.99 in 20-80%?)
     python scripts/mini_study.py --smoke          # toy sizes: the whole pipeline in a few minutes
