@@ -115,3 +115,18 @@ def device(request):
     flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     yield torch.device(request.config.getoption("--device"))
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+
+
+@pytest.fixture(scope="module")
+def fastdllm_run(tmp_path_factory):
+    """A one-step tiny train_fastdllm.py run (fp32, no DeepSpeed): ckpt-1/ and resume/, each with its manifest."""
+    import train_fastdllm
+    out = tmp_path_factory.mktemp("fastdllm") / "run"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        train_fastdllm.main(["config/fastdllm_tiny.py", f"--out_dir={out}", "--deepspeed=", "--bd_size=8", "--max_iters=1",
+                             "--log_interval=1", "--save_interval=1"])
+    finally:
+        os.chdir(cwd)
+    return out

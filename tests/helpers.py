@@ -9,7 +9,9 @@ import hashlib
 import json
 import math
 import os
+import struct
 import types
+import zipfile
 from types import SimpleNamespace
 
 import numpy as np
@@ -178,6 +180,16 @@ class ScriptedBlockModel(torch.nn.Module):
 
 # -----------------------------------------------------------------------------
 # files
+
+def corrupt_tensor_byte(path) -> None:
+    """Flip one bit of one byte inside the largest tensor record of a torch.save zip (torch.load checks no CRC)."""
+    with zipfile.ZipFile(path) as z:
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    raw = bytearray(open(path, "rb").read())
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26: info.header_offset + 30])
+    raw[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0x40
+    open(path, "wb").write(bytes(raw))
+
 
 def snapshot(path) -> dict | None:
     """{relative path: sha256} of every file under path (None when path does not exist)."""

@@ -51,19 +51,6 @@ def outcome(load, path: str) -> tuple[str, object]:
         return "refused", message
 
 
-@pytest.fixture(scope="module")
-def fastdllm_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fastdllm") / "run"
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        T.main(["config/fastdllm_tiny.py", f"--out_dir={out}", "--deepspeed=", "--bd_size=8", "--max_iters=1",
-                "--log_interval=1", "--save_interval=1"])
-    finally:
-        os.chdir(cwd)
-    return out
-
-
 def sweep(path: str, copy: str, load, unchanged, seed: int) -> None:
     """FLIPS damaged copies of path through `load`: each refused in one line, or loaded and `unchanged`."""
     refused = 0

@@ -8,8 +8,6 @@ import io
 import json
 import os
 import shutil
-import struct
-import zipfile
 
 import pytest
 import torch
@@ -24,7 +22,7 @@ import train_fastdllm as T
 import train_sudoku as ts
 from configurator import load_config
 from fastdllm.model import load_fastdllm, make_tiny_tokenizer, MASK_TOKEN, TINY_CONFIG
-from helpers import TINY, TRAIN, VAL, snapshot
+from helpers import TINY, TRAIN, VAL, corrupt_tensor_byte, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASTDLLM_TINY = ["config/fastdllm_tiny.py", "--deepspeed=", "--bd_size=8", "--log_interval=1"]
@@ -45,29 +43,6 @@ def flip_weight_byte(path) -> None:
     raw = bytearray(open(path, "rb").read())
     raw[-100] ^= 0x10
     open(path, "wb").write(bytes(raw))
-
-
-def flip_zip_tensor_byte(path) -> None:
-    """One bit of one byte inside the largest tensor record of a torch.save zip (torch.load checks no CRC)."""
-    with zipfile.ZipFile(path) as z:
-        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
-    raw = bytearray(open(path, "rb").read())
-    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26: info.header_offset + 30])
-    raw[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0x40
-    open(path, "wb").write(bytes(raw))
-
-
-@pytest.fixture(scope="module")
-def fastdllm_run(tmp_path_factory):
-    """A one-step tiny train_fastdllm.py run: ckpt-1/ and resume/, each with its manifest."""
-    out = tmp_path_factory.mktemp("fastdllm") / "run"
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        T.main(FASTDLLM_TINY + [f"--out_dir={out}", "--max_iters=1", "--save_interval=1"])
-    finally:
-        os.chdir(cwd)
-    return out
 
 
 # ----------------------------------------------------------------------------- Sudoku .safetensors
@@ -149,7 +124,7 @@ def test_a_deleted_resume_manifest_with_a_flipped_byte_is_refused(fastdllm_run, 
     run = tmp_path / "run"
     shutil.copytree(fastdllm_run, run)
     (run / "resume" / "manifest.json").unlink()
-    flip_zip_tensor_byte(run / "resume" / "state.pt")
+    corrupt_tensor_byte(run / "resume" / "state.pt")
     before = snapshot(run)
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit, match=f"resume: {run}/resume has no manifest.json") as e:

@@ -5,11 +5,9 @@ import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
-import zipfile
 from dataclasses import asdict
 
 import numpy as np
@@ -25,7 +23,7 @@ from common import load_model
 from model import ModelConfig, SudokuTransformer
 from scripts import runs
 from sudoku.board import format_board, random_grid
-from helpers import TINY, TRAIN, VAL, snapshot
+from helpers import TINY, TRAIN, VAL, corrupt_tensor_byte, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,16 +52,6 @@ def tensors(obj) -> list[torch.Tensor]:
     if isinstance(obj, (list, tuple)):
         return [t for x in obj for t in tensors(x)]
     return []
-
-
-def corrupt_tensor_byte(path) -> None:
-    """Flip one byte inside the largest tensor record of a torch.save zip (torch.load does not check CRCs)."""
-    with zipfile.ZipFile(path) as z:
-        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
-    raw = bytearray(open(path, "rb").read())
-    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26: info.header_offset + 30])
-    raw[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0x40
-    open(path, "wb").write(bytes(raw))
 
 
 # ----------------------------------------------------------------------------- run directories and locks
