@@ -4,6 +4,7 @@
     python scripts/mini_study.py --report_only    # tables and figures from the kept results (--out)
     python scripts/mini_study.py --gate           # the task's difficulty check (pass@1 at tau 0.99 in 20-80%?)
     python scripts/mini_study.py --smoke          # toy sizes: the whole pipeline in a few minutes
+    python scripts/mini_study.py --device=cuda --lanes=10 --out=results/mini_study_gpu   # on a GPU, every run at once
 
 What it does, each step skipped when its output is there (a killed study resumes; docs/table2_miniature.md):
 0. the data: `python -m fastdllm.mini_data` (corpus, tokenizer, instruction mixture, tasks);
@@ -14,7 +15,7 @@ B. adaptation: `train_fastdllm.py config/fastdllm_mini_adapt.py` (the Fast-dLLM 
    always starts from the kept copy, so a study resumed on a fresh clone goes on from the same weights;
 C. fine-tunes from B, `train_fastdllm.py config/fastdllm_mini_<objective>.py`: vanilla SFT and Relay with each of
    --seeds, then the --extra objectives with the first seed; equal steps x batch (equal compute, as in the paper);
-   --lanes at once, one thread each;
+   --lanes at once, one thread each (with --device=cuda all on the one GPU, and B in one process);
 D. evaluation: `eval_code.py` on the test tasks (block 32, sub-block 8): every kept step with the light protocol,
    the last one (and B) with the full protocol; one small JSON per (model, step, tau) in --out;
 then the report (scripts/mini_report.py): Table 2's columns, the frontier, pass@1 at matched NFE, the gap against
@@ -45,7 +46,7 @@ SMOKE_FINETUNE = ["--max_iters=4", "--save_interval=2", "--warmup_iters=1", "--l
                   "--effective_batch=0"]
 SMOKE_PROTOCOL = {"taus": (0.7, 0.99), "per_split": 4}
 EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=128", "--batch_size=32",
-             "--dtype=float32", "--device=cpu", "--workers=1", "--decode=authors"]
+             "--dtype=float32", "--workers=1", "--decode=authors"]
 
 
 def run_name(objective: str, seed: int) -> str:
@@ -124,17 +125,23 @@ def finetune(config: str, out: str, extra: list[str], lanes: int, log: str, echo
     runs.write_marker(done, {"cmd": [config, *extra]})
 
 
+def processes(args: argparse.Namespace) -> int:
+    """Processes for one run of B or the gate: a lane each on the CPU; one on a GPU, which needs no sharing."""
+    return args.lanes if args.device == "cpu" else 1
+
+
 def stage_b(args: argparse.Namespace) -> None:
     kept = os.path.join(args.kept, "adapt")
     if is_complete(kept):
         return print(f"stage B: {kept} is kept, skipped")
     out = os.path.join(args.runs, "adapt")
-    per_process = max(1, 4 // args.lanes) if args.lanes in (1, 2, 4) else 1
+    procs = processes(args)
+    per_process = max(1, 4 // procs) if procs in (1, 2, 4) else 1
     extra = [f"--init_from={os.path.join(args.kept, 'pretrain')}", f"--data={args.data_dir}/adapt.jsonl",
              f"--gradient_accumulation_steps={per_process}", *args.finetune_args]
-    if args.lanes not in (1, 2, 4):
+    if procs not in (1, 2, 4):
         extra.append("--effective_batch=0")
-    finetune("config/fastdllm_mini_adapt.py", out, extra, args.lanes, os.path.join(args.runs, "adapt.log"))
+    finetune("config/fastdllm_mini_adapt.py", out, extra, procs, os.path.join(args.runs, "adapt.log"))
     keep_log(out, "base", args)
     keep(last_ckpt(out), kept)
 
@@ -149,7 +156,8 @@ def evaluate(model_dir: str, name: str, step: int, carry: bool, protocol: dict, 
             continue
         out = os.path.join(args.runs, "eval", name, f"step_{step}", f"{label}_tau_{tau:g}")
         runs.sh([PY, "eval_code.py", f"--model={model_dir}", f"--data_path={test}", f"--threshold={tau}",
-                 f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS],
+                 f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS,
+                 f"--device={args.device}"],
                 log=os.path.join(args.runs, "eval", f"{name}.log"), echo=False)
         mini_report.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=label, relay_carry=carry))
 
@@ -237,21 +245,27 @@ def gate(args: argparse.Namespace) -> None:
     init = args.gate_init or os.path.join(args.kept, "pretrain")
     out = os.path.join(args.runs, "gate")
     os.makedirs(os.path.join(args.runs, "eval"), exist_ok=True)
-    per_process = max(1, 2 // args.lanes)
+    per_process = max(1, 2 // processes(args))
     finetune("config/fastdllm_mini_adapt.py", out,
              [f"--init_from={init}", f"--data={args.data_dir}/tasks_train.jsonl", f"--max_iters={args.gate_steps}",
               f"--lr_decay_iters={args.gate_steps}", f"--save_interval={args.gate_steps}",
               f"--gradient_accumulation_steps={per_process}", "--effective_batch=0", *args.finetune_args],
-             args.lanes, os.path.join(args.runs, "gate.log"))
+             processes(args), os.path.join(args.runs, "gate.log"))
     evaluate(last_ckpt(out), "gate", args.gate_steps, False, SMOKE_PROTOCOL if args.smoke else GATE, "gate", args)
     mini_report.print_gate(args.out)
+
+
+def torch_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--seeds", default="1,2,3", help="seeds of SFT and Relay")
     p.add_argument("--extra", default="rollout,relay_sg", help="objectives fine-tuned once (first seed); '' for none")
-    p.add_argument("--lanes", type=int, default=2, help="runs at once (one per core)")
+    p.add_argument("--lanes", type=int, default=2, help="runs at once (one per core; on a GPU, every run: 10)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: every stage on the one GPU, fp32")
     p.add_argument("--data_dir", default="data/mini")
     p.add_argument("--runs", default="runs/mini")
     p.add_argument("--kept", default="reference/mini", help="the kept bf16 checkpoints of stages A, B and the seed-1 pair")
@@ -269,6 +283,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise SystemExit(f"--extra: each of {', '.join(OBJECTIVES[2:])} at most once, got {','.join(args.extra)!r}")
     runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
     runs.need(args.gate_steps >= 1, "--gate_steps", ">= 1", args.gate_steps)
+    runs.need(args.device == "cpu" or (args.device == "cuda" and torch_cuda()), "--device", "cpu, or cuda on a GPU",
+              args.device)
     args.full, args.light, args.pretrain_args, args.finetune_args = FULL, LIGHT, [], []
     if args.smoke:
         args.data_dir, args.runs = "data/mini-smoke", "runs/mini-smoke"
@@ -276,6 +292,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.full = args.light = SMOKE_PROTOCOL
         args.pretrain_args, args.finetune_args = SMOKE_PRETRAIN, SMOKE_FINETUNE
         args.gate_steps = 2
+    args.pretrain_args = [*args.pretrain_args, f"--device={args.device}"]
+    args.finetune_args = [*args.finetune_args, f"--device={args.device}"]
     for key in ("data_dir", "runs", "kept", "out"):
         runs.check_folder(getattr(args, key), f"--{key}")
         setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))

@@ -30,7 +30,8 @@ from fastdllm.model import DEFAULT_BD_SIZE, MASK_TOKEN, FastDLLM, save_fastdllm 
 
 RUN_FILES = ("resume", "resume.tmp", "resume.old", "metrics.jsonl", "model", "model.tmp")
 RESUME_RULES = common.ResumeRules(may_change=("max_iters", "eval_interval"),
-                                  not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval"),
+                                  not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "log_interval",
+                                                "device"),
                                   fixed=("data_dir", "n_layer", "n_embd", "n_head", "n_kv_head", "d_ff", "seq_len"))
 
 
@@ -60,6 +61,7 @@ class PretrainConfig:
     eval_interval: int = 500  # held-out perplexity and the resume state
     log_interval: int = 50
     seed: int = 0
+    device: str = "cpu"  # cpu | cuda; fp32 on either (scripts/mini_study.py --device=cuda)
 
 
 def build_model(cfg: PretrainConfig, tokenizer) -> FastDLLM:
@@ -85,7 +87,7 @@ def lr_at(step: int, cfg: PretrainConfig) -> float:
 def causal_loss(model: FastDLLM, x: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over windows x (B, T+1): a causal mask, not the block-causal one."""
     T = x.shape[1] - 1
-    mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+    mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()[None, None]
     logits = model(x[:, :-1], attention_mask=mask).logits
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
 
@@ -104,7 +106,7 @@ def heldout_loss(model: FastDLLM, tokens: np.ndarray, seq_len: int, batch_size: 
     for start in range(0, n, batch_size):
         rows = range(start, min(n, start + batch_size))
         x = torch.stack([torch.from_numpy(tokens[r * seq_len:(r + 1) * seq_len + 1].astype(np.int64)) for r in rows])
-        total += float(causal_loss(model, x)) * len(rows)
+        total += float(causal_loss(model, x.to(next(model.parameters()).device))) * len(rows)
         count += len(rows)
     model.train()
     return total / count
@@ -132,11 +134,11 @@ def load_state(cfg: PretrainConfig, model, optimizer, gen: torch.Generator) -> t
         raise SystemExit(f"resume: {e}") from None
     run_config = common.resume_config(manifest["config"], config_to_dict(cfg), config_to_dict(PretrainConfig()),
                                       manifest["step"], RESUME_RULES, cfg.allow_config_change, path)
-    state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
+    state = torch.load(os.path.join(path, "state.pt"), weights_only=False, map_location=cfg.device)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    gen.set_state(state["data_rng"])
-    torch.set_rng_state(state["torch_rng"])
+    gen.set_state(state["data_rng"].cpu())
+    torch.set_rng_state(state["torch_rng"].cpu())
     common.drop_records_after(os.path.join(cfg.out_dir, "metrics.jsonl"), state["step"])
     print(f"resumed from {path} at step {state['step']}")
     return state["step"], run_config
@@ -164,6 +166,8 @@ def check(cfg: PretrainConfig) -> None:
         raise SystemExit(f"pretrain_ar.py: need 0 < min_lr <= learning_rate, got {cfg.min_lr} and {cfg.learning_rate}")
     if not (0 <= cfg.warmup_iters and 0 <= cfg.weight_decay < math.inf and 0 <= cfg.beta2 < 1 and 0 < cfg.grad_clip):
         raise SystemExit("pretrain_ar.py: warmup_iters >= 0, weight_decay >= 0, beta2 in [0, 1) and grad_clip > 0 are needed")
+    if cfg.device not in ("cpu", "cuda") or (cfg.device == "cuda" and not torch.cuda.is_available()):
+        raise SystemExit(f"pretrain_ar.py: device must be cpu or cuda (with a GPU), got {cfg.device!r}")
     for name in ("train.bin", "heldout.bin", "tokenizer"):
         if not os.path.exists(os.path.join(cfg.data_dir, name)):
             raise SystemExit(f"pretrain_ar.py: {cfg.data_dir}/{name} not found; build it with "
@@ -186,7 +190,7 @@ def train(cfg: PretrainConfig) -> None:
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(cfg.data_dir, "tokenizer"))
     train_tokens = np.memmap(os.path.join(cfg.data_dir, "train.bin"), dtype=np.uint16, mode="r")
     heldout_tokens = np.memmap(os.path.join(cfg.data_dir, "heldout.bin"), dtype=np.uint16, mode="r")
-    model = build_model(cfg, tokenizer)
+    model = build_model(cfg, tokenizer).to(cfg.device)
     print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; {len(train_tokens) / 1e6:.2f}M train "
           f"tokens, {len(heldout_tokens) / 1e6:.2f}M held out; {cfg.max_iters * cfg.batch_size * cfg.seq_len / 1e6:.1f}M "
           "tokens to train on")
@@ -208,7 +212,7 @@ def train(cfg: PretrainConfig) -> None:
     while step < cfg.max_iters:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        loss = causal_loss(model, random_windows(train_tokens, cfg.batch_size, cfg.seq_len, gen))
+        loss = causal_loss(model, random_windows(train_tokens, cfg.batch_size, cfg.seq_len, gen).to(cfg.device))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()

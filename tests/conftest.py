@@ -125,8 +125,8 @@ def fastdllm_run(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        train_fastdllm.main(["config/fastdllm_tiny.py", f"--out_dir={out}", "--deepspeed=", "--bd_size=8", "--max_iters=1",
-                             "--log_interval=1", "--save_interval=1"])
+        train_fastdllm.main(["config/fastdllm_tiny.py", f"--out_dir={out}", "--deepspeed=", "--bd_size=8",
+                             "--max_iters=1", "--log_interval=1", "--save_interval=1"])
     finally:
         os.chdir(cwd)
     return out

@@ -41,6 +41,7 @@ CASES = [
     ("mini_study", ["--extra=sft"], "--extra"),
     ("mini_study", ["--extra=rollout,rollout"], "--extra"),
     ("mini_study", ["--lanes=0"], "--lanes"),
+    ("mini_study", ["--device=tpu"], "--device"),
     ("mini_study", ["--gate_steps=0"], "--gate_steps"),
     ("mini_study", ["--kept=FILE/sub"], "--kept"),
     ("mini_study", ["--out=FILE"], "--out"),

@@ -59,3 +59,32 @@ def test_a_kept_step_is_not_kept_again(tmp_path, monkeypatch):
         assert "loaded again" in str(e)
     else:
         raise AssertionError("a checkpoint of another step was not kept")
+
+
+def test_on_a_gpu_every_command_runs_there_and_b_in_one_process(monkeypatch, tmp_path):
+    """--device=cuda (faked: no GPU here) reaches every command the study runs: pretraining, B in one process
+    (not one per lane: the lanes share the one GPU), the fine-tunes and every evaluation. Fails with the flag
+    dropped from any stage (checked: from the evaluations)."""
+    monkeypatch.setattr(mini_study, "torch_cuda", lambda: True)
+    args = mini_study.parse_args(["--device=cuda", "--lanes=10", "--seeds=1", "--extra=rollout",
+                                  f"--runs={tmp_path / 'runs'}", f"--kept={tmp_path / 'kept'}",
+                                  f"--out={tmp_path / 'out'}"])
+    commands = []
+    monkeypatch.setattr(mini_study.runs, "sh", lambda cmd, **kw: commands.append(cmd))
+    monkeypatch.setattr(mini_study.runs, "write_marker", lambda *a: None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # prepare() sets it for the lanes
+    monkeypatch.chdir(mini_study.runs.ROOT)  # as main() does: the paths are relative to the repository
+    for name in ("keep", "keep_log"):
+        monkeypatch.setattr(mini_study, name, lambda *a, **k: None)
+    monkeypatch.setattr(mini_study, "kept_steps", lambda run_dir: [50])
+    monkeypatch.setattr(mini_study, "test_file", lambda args, n: "tasks.jsonl")
+    monkeypatch.setattr(mini_study.mini_report, "compact", lambda *a, **k: None)
+    mini_study.run_all(args)
+    scripts = [next(c for c in cmd if c.endswith(".py") or c == "fastdllm.mini_data") for cmd in commands]
+    assert scripts.count("eval_code.py") == 5 + 3 * (3 + 5)  # base: 5 taus; sft, relay, rollout: 3 light + 5 full
+    assert scripts.count("train_fastdllm.py") == 4 and "scripts/pretrain_ar.py" in scripts
+    for cmd, script in zip(commands, scripts):
+        if script != "fastdllm.mini_data":
+            assert "--device=cuda" in cmd, cmd
+    stage_b = next(cmd for cmd in commands if "config/fastdllm_mini_adapt.py" in cmd)
+    assert "torch.distributed.run" not in stage_b and "--gradient_accumulation_steps=4" in stage_b
