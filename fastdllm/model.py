@@ -17,6 +17,7 @@ attention mask and its KV cache; this file adds what the library cannot express:
     model, tok = load_fastdllm("Efficient-Large-Model/Fast_dLLM_v2_1.5B", use_relay=True)
     model = make_tiny_fastdllm(use_relay=True)   # random 2-layer Qwen2 for CPU tests
 """
+import inspect
 import json
 import os
 import sys
@@ -29,7 +30,7 @@ import torch.nn as nn
 import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 from transformers.cache_utils import DynamicCache
 from transformers.utils import logging as hf_logging
 
@@ -122,6 +123,11 @@ class FastDLLMOutput(NamedTuple):  # a NamedTuple, so DeepSpeed ZeRO-3 can see t
     logits: torch.Tensor  # (B, L, V), unshifted
     hidden: torch.Tensor  # (B, L, d) relay readout h_s (after the final RMSNorm when relay_layer = -1)
     past_key_values: DynamicCache | None = None
+
+
+# transformers renamed Qwen2Model.forward's KV cache argument (and its output) from past_key_values to cache
+# (5.x, the old name deprecated until 5.40): pass it under the name the installed version reads
+QWEN2_CACHE_KW = "cache" if "cache" in inspect.signature(Qwen2Model.forward).parameters else "past_key_values"
 
 
 class FastDLLM(nn.Module):
@@ -222,14 +228,15 @@ class FastDLLM(nn.Module):
             hook = layer.register_forward_hook(lambda m, i, o: captured.__setitem__("h", o[0] if isinstance(o, tuple) else o))
         try:
             out = self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=past_key_values, use_cache=use_cache)
+                             use_cache=use_cache, **{QWEN2_CACHE_KW: past_key_values})
         finally:
             if self.config.relay_layer >= 0:
                 hook.remove()
         hidden = captured.get("h", out.last_hidden_state)
         keep = slice(L - n_last, L) if n_last is not None else slice(0, L if n_keep is None else n_keep)
         logits = self.lm_head(out.last_hidden_state[:, keep])
-        return FastDLLMOutput(logits=logits, hidden=hidden[:, keep], past_key_values=out.past_key_values if use_cache else None)
+        cache = (out.cache if QWEN2_CACHE_KW == "cache" else out.past_key_values) if use_cache else None
+        return FastDLLMOutput(logits=logits, hidden=hidden[:, keep], past_key_values=cache)
 
 
 # -----------------------------------------------------------------------------

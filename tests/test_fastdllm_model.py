@@ -1,5 +1,6 @@
 """fastdllm/model.py: masks, token shift, relay injection, checkpoints (tiny random Qwen2, no hub)."""
 import json
+import warnings
 
 import pytest
 import torch
@@ -90,9 +91,12 @@ def test_relay_enters_only_at_mask_positions(device):
 
 
 def test_forward_with_cache_equals_full_forward(device):
+    """Also: the cache reaches Qwen2Model under the name the installed transformers reads (5.x deprecates
+    past_key_values with a FutureWarning and drops it in 5.40; fails when the old name is passed)."""
     model = make_tiny_fastdllm(bd_size=8).to(device).eval()
     x = _rand_ids(model, 2, 24, 4)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
         full = model(x)  # default mask: block-causal over absolute positions
         pre = model(x[:, :16], use_cache=True)
         nxt = model(x[:, 16:], past_key_values=pre.past_key_values, use_cache=True)
