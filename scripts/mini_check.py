@@ -69,8 +69,7 @@ def study_record(results: str, model: str, step: int, tau: float, task_ids: list
 
 def columns(r: dict) -> tuple[float, float, float]:
     """pass@1 base and plus (%) and mean NFE per task."""
-    n = len(r["task_ids"])
-    return 100 * sum(r["base"]) / n, 100 * sum(r["plus"]) / n, sum(r["nfe"]) / n
+    return mini_report.rate(r, "all", "base"), mini_report.rate(r, "all"), mini_report.mean(r["nfe"])
 
 
 def table(records: dict[str, dict], study: dict[str, dict | None], n: int, tau: float) -> str:

@@ -246,10 +246,10 @@ def nfe_at_matched_pass(found: dict, a: str = "sft", b: str = "relay") -> list[s
     """NFE of a and b at three pass@1 (plus) levels every curve of every seed pair reaches, per split; b - a
     paired per task, as at matched NFE."""
     pairs = seed_pairs(found, None, a, b)
+    if not pairs:
+        return []
     lines = []
     for split, name in SPLITS.items():
-        if not pairs:
-            continue
         lo = max(min(rate(r, split) for r in c) for pair in pairs for c in pair)
         hi = min(max(rate(r, split) for r in c) for pair in pairs for c in pair)
         lines += [f"**{name}:**", ""]

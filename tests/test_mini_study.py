@@ -3,6 +3,7 @@ the repository keeps. Two lanes can reach it at the same moment, and a resumed s
 import json
 import threading
 
+import pytest
 import torch
 
 import fastdllm.model as fm
@@ -53,12 +54,8 @@ def test_a_kept_step_is_not_kept_again(tmp_path, monkeypatch):
     manifest["step"] = 150  # another step of the run: kept anew
     with open(tmp_path / "ckpt-200" / "manifest.json", "w") as f:
         json.dump(manifest, f)
-    try:
+    with pytest.raises(AssertionError, match="loaded again"):  # a checkpoint of another step is kept anew
         mini_study.keep(src, dst)
-    except AssertionError as e:
-        assert "loaded again" in str(e)
-    else:
-        raise AssertionError("a checkpoint of another step was not kept")
 
 
 def test_on_a_gpu_every_command_runs_there_and_b_in_one_process(monkeypatch, tmp_path):
