@@ -53,6 +53,7 @@ RUN_FILES = ("ckpt-*", "resume", "resume.tmp", "resume.old", "metrics.jsonl")  #
 RESUME_RULES = common.ResumeRules(
     may_change=("max_iters", "save_interval"),
     not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "allow_unverified_resume", "log_interval",
+                  "val_data", "val_interval",
                   "device", "gradient_checkpointing", "effective_batch"),
     # the model's shape, the saved shards' layout and the rollout buffer's (batch, length) only fit these
     fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "dtype", "deepspeed",
@@ -75,7 +76,10 @@ class TrainConfig:
     save_interval: int = 200  # optimizer steps between checkpoints (the paper's checkpoint-200 is ckpt-200/); 0 = end only;
     # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB). This loop does not
     # validate, hence not train_sudoku.py's eval_interval (which validates, then saves)
-    log_interval: int = 1  # steps between log lines and metrics.jsonl records
+    log_interval: int = 1  # steps between log lines and metrics.jsonl records (losses averaged over the interval)
+    val_data: str = ""  # fixed validation conversations (JSONL, like data): the SFT loss on them with fixed masks,
+    # one basis for every objective, logged every val_interval steps and at each save ("" = none)
+    val_interval: int = 0
     # objective
     objective: str = "relay"  # sft | rollout | relay_sg | relay
     K: int = 2  # rollout forwards per micro-step (gradients span all K; paper: 2)
@@ -403,6 +407,7 @@ class FastdllmRun:
     policy: object
     noise_gen: torch.Generator
     relay_params: list
+    val_rows: list  # the fixed validation rows (empty: no validation)
     run_config: dict  # the config saved with the resume state: this run's, or the resumed one's with its history
 
     @property
@@ -441,6 +446,10 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
         raise SystemExit(f"train_fastdllm.py: deepspeed must be '', 'zero3' or a DeepSpeed JSON file; {cfg.deepspeed!r} does not exist")
     if cfg.data != "toy" and not os.path.isfile(cfg.data):  # before minutes of model loading
         raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python -m fastdllm.data` first (or --data=toy)")
+    if cfg.val_data and not os.path.isfile(cfg.val_data):
+        raise SystemExit(f"train_fastdllm.py: val_data {cfg.val_data} not found")
+    if cfg.val_interval and not cfg.val_data:
+        raise SystemExit("train_fastdllm.py: val_interval needs val_data (the validation conversations)")
     check_init_from(cfg.init_from)
     return cfg
 
@@ -454,7 +463,7 @@ def check_ranges(cfg: TrainConfig) -> None:
     for key in ("K", "bd_size", "max_length", "device_batch_size", "gradient_accumulation_steps", "max_iters",
                 "log_interval", "lr_decay_iters"):
         need(getattr(cfg, key) >= 1, key, ">= 1")
-    for key in ("pad_to", "effective_batch", "warmup_iters", "zero_persistence_threshold", "seed"):
+    for key in ("pad_to", "effective_batch", "warmup_iters", "zero_persistence_threshold", "seed", "val_interval"):
         need(getattr(cfg, key) >= 0, key, ">= 0")
     need(cfg.save_interval >= -1, "save_interval", ">= -1 (-1: never save, 0: at the end)")
     need(cfg.K <= 8, "K", "<= 8 (the paper uses 2)")
@@ -478,11 +487,13 @@ def check_init_from(init_from: str) -> None:
                                            else "; give a ckpt-N directory of train_fastdllm.py or a hub id"))
 
 
-def load_rows(cfg: TrainConfig, tokenizer, master: bool) -> list:
+def load_rows(cfg: TrainConfig, tokenizer, master: bool, path: str | None = None) -> list:
+    """The tokenised conversations of path (default: cfg.data), as (ids, supervised) tensors."""
+    path = path or cfg.data
     try:
-        convs = toy_conversations(512, seed=0) if cfg.data == "toy" else read_jsonl(cfg.data)
+        convs = toy_conversations(512, seed=0) if path == "toy" else read_jsonl(path)
     except FileNotFoundError:
-        raise SystemExit(f"train_fastdllm.py: {cfg.data} not found; run `python -m fastdllm.data` first (or --data=toy)")
+        raise SystemExit(f"train_fastdllm.py: {path} not found; run `python -m fastdllm.data` first (or --data=toy)")
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     rows = []
@@ -558,8 +569,9 @@ def setup(cfg: TrainConfig) -> FastdllmRun:
     # One length for the whole run (the longest row, as a multiple of bd_size): the rollout buffer keeps
     # rows across steps. The authors pad to 2048; blocks made only of padding change no loss.
     seq_len = max([len(ids) for ids, _ in rows] + [cfg.pad_to])
+    val_rows = load_rows(cfg, tokenizer, master, cfg.val_data) if cfg.val_data else []
     return FastdllmRun(cfg, rank, world, device, backend, model, tokenizer, parent_dir, batches, seq_len, buffer, policy,
-                       noise_gen, relay_params, run_config)
+                       noise_gen, relay_params, val_rows, run_config)
 
 
 def resume_dir(cfg: TrainConfig) -> str:
@@ -685,8 +697,50 @@ def train_step(run: FastdllmRun, step: int) -> dict:
             "tokens": tokens}
 
 
-def log_step(run: FastdllmRun, step: int, stats: dict, seconds: float, tokens: int) -> None:
-    """Print the step's losses, averaged over the ranks (a collective: every rank calls it)."""
+VAL_MASK_SEED = 0  # the validation masks: the same at every evaluation, in every run
+
+
+@torch.no_grad()
+def validation_loss(run: FastdllmRun) -> float:
+    """The SFT objective (paper Sec. 2: token-shift CE over the masked response tokens of [x_t || x_0] with
+    complementary masks, a token mean) on the fixed validation rows, with masks drawn from VAL_MASK_SEED: the same
+    basis for every objective and step. A relay model sees no relay state here, as at a block's first decoding step.
+    Every rank computes it (ZeRO-3's forward is a collective); the rows are not split."""
+    module = run.backend.module
+    module.eval()
+    gen = torch.Generator().manual_seed(VAL_MASK_SEED)
+    total, count = 0.0, 0
+    length = max(len(ids) for ids, _ in run.val_rows)
+    for i in range(0, len(run.val_rows), run.cfg.device_batch_size):
+        x0, maskable = collate(run.val_rows[i:i + run.cfg.device_batch_size], run.tokenizer.pad_token_id,
+                               run.cfg.bd_size, length)
+        x0, maskable = x0.to(run.device), maskable.to(run.device)
+        with run.backend.autocast:
+            total += float(sft_loss(module, x0, maskable, run.cfg.bd_size, run.model.config.mask_token_id, gen))
+        count += int(maskable.sum())  # the two complementary copies supervise each response token once
+    module.train()
+    return total / count
+
+
+class Interval:
+    """What the log averages over the steps since the last log line: losses, the share of clipped steps."""
+    def __init__(self, grad_clip: float):
+        self.grad_clip, self.n, self.clipped = grad_clip, 0, 0
+        self.sums = {"loss": 0.0, "l1": 0.0, "l2": 0.0}
+
+    def add(self, stats: dict) -> None:
+        self.n += 1
+        self.clipped += int(self.grad_clip > 0 and stats["grad_norm"] > self.grad_clip)
+        for key in self.sums:
+            self.sums[key] += stats[key]
+
+    def means(self) -> dict:
+        return {key: value / self.n for key, value in self.sums.items()} | {"clipped": self.clipped / self.n}
+
+
+def log_step(run: FastdllmRun, step: int, stats: dict, seconds: float, tokens: int, val_loss: float | None = None) -> None:
+    """Print the losses of the steps since the last log (stats: Interval.means() and the last step's norms),
+    averaged over the ranks (a collective: every rank calls it)."""
     # a collective on the run's device: NCCL (the CUDA backend) refuses CPU tensors
     losses = torch.tensor([stats["loss"], stats["l1"], stats["l2"]], dtype=torch.float64,
                           device=run.device if run.world > 1 else "cpu")
@@ -697,16 +751,19 @@ def log_step(run: FastdllmRun, step: int, stats: dict, seconds: float, tokens: i
         return
     grad_norm, relay_norm = stats["grad_norm"], stats["relay_norm"]
     record = {"step": step, "loss": round(float(losses[0]), 5), "lr": stats["lr"], "grad_norm": round(grad_norm, 5),
-              "tokens_per_s": round(tokens / seconds, 1)}
+              "clipped": round(stats["clipped"], 4), "tokens_per_s": round(tokens / seconds, 1)}
     line = f"step {step} | loss {losses[0]:.4f}"
     if run.cfg.objective != "sft":
         record.update(l1=round(float(losses[1]), 5), l2=round(float(losses[2]), 5))
         line += f" | L1 {losses[1]:.4f} | L2 {losses[2]:.4f}"
-    line += f" | lr {stats['lr']:.2e} | grad-norm {grad_norm:.3f}"
+    line += f" | lr {stats['lr']:.2e} | grad-norm {grad_norm:.3f} | clipped {stats['clipped']:.0%}"
     if run.relay_params and grad_norm > 0:  # how much of the update reaches the relay LayerNorm
         record["relay_grad_share"] = relay_norm / grad_norm
         line += f" | relay-grad {relay_norm / grad_norm:.2e}"
     line += f" | {tokens / seconds:.0f} tok/s"
+    if val_loss is not None:
+        record["val_loss"] = round(val_loss, 5)
+        line += f" | val {val_loss:.4f}"
     if run.device.startswith("cuda"):
         record["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         line += f" | peak {record['peak_gib']:.1f} GiB"
@@ -767,15 +824,19 @@ def train(cfg: TrainConfig) -> None:
     if run.master and cfg.overwrite:
         common.remove_run_files(cfg.out_dir, RUN_FILES)  # every input has passed its checks
     run.backend.module.train()
-    t0, tokens = time.time(), 0
+    t0, tokens, interval = time.time(), 0, Interval(cfg.grad_clip)
     while step < cfg.max_iters:
         stats = train_step(run, step)
         tokens += stats["tokens"]
+        interval.add(stats)
         step += 1
-        if step % cfg.log_interval == 0 or step == cfg.max_iters:
-            log_step(run, step, stats, time.time() - t0, tokens)
-            t0, tokens = time.time(), 0
-        if (cfg.save_interval > 0 and step % cfg.save_interval == 0) or (step == cfg.max_iters and cfg.save_interval >= 0):
+        saving = (cfg.save_interval > 0 and step % cfg.save_interval == 0) or (step == cfg.max_iters and cfg.save_interval >= 0)
+        validating = run.val_rows and (saving or (cfg.val_interval and step % cfg.val_interval == 0))
+        if step % cfg.log_interval == 0 or step == cfg.max_iters or validating:
+            seconds = time.time() - t0  # before the validation, which is not training throughput
+            log_step(run, step, stats | interval.means(), seconds, tokens, validation_loss(run) if validating else None)
+            t0, tokens, interval = time.time(), 0, Interval(cfg.grad_clip)
+        if saving:
             save(run, step)
     if run.world > 1:
         dist.barrier()

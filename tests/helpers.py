@@ -236,3 +236,15 @@ def fake_larsdoku(tmp_path, monkeypatch, classes: int, copies: int, top_puzzles:
     monkeypatch.setattr(sudoku.hard, "larsdoku_file", lambda name: str(tmp_path / name))
     sudoku.hard.read_top1465.cache_clear()
     return pd.DataFrame(rows, columns=["question", "answer"]), top_strings
+
+
+# Table 2 in miniature's task words, read independently of the generators' code templates (fastdllm/tasks.py,
+# fastdllm/tasks_v2.py): what each filter and map means.
+FILTER_MEANING = {"all": lambda v, k: True, "even": lambda v, k: v % 2 == 0, "odd": lambda v, k: v % 2 != 0,
+                  "positive": lambda v, k: v > 0, "negative": lambda v, k: v < 0, "greater": lambda v, k: v > k,
+                  "less": lambda v, k: v < k, "divisible": lambda v, k: v % k == 0,
+                  "indivisible": lambda v, k: v % k != 0}
+MAP_MEANING = {"same": lambda v, k: v, "square": lambda v, k: v ** 2, "cube": lambda v, k: v * v * v,
+               "times": lambda v, k: k * v, "plus": lambda v, k: v + k, "minus": lambda v, k: v - k,
+               "abs": lambda v, k: v if v >= 0 else -v, "negate": lambda v, k: 0 - v,
+               "mod": lambda v, k: v - k * (v // k), "floordiv": lambda v, k: (v - v % k) // k}

@@ -7,16 +7,7 @@ import pytest
 import fastdllm.judge
 from fastdllm import mini_corpus, mini_data, tasks
 from fastdllm.model import MASK_TOKEN, check_tokenizer, make_tiny_tokenizer
-
-# An independent reading of the spec's words (not the generator's code templates): what each one means.
-FILTER_MEANING = {"all": lambda v, k: True, "even": lambda v, k: v % 2 == 0, "odd": lambda v, k: v % 2 != 0,
-                  "positive": lambda v, k: v > 0, "negative": lambda v, k: v < 0, "greater": lambda v, k: v > k,
-                  "less": lambda v, k: v < k, "divisible": lambda v, k: v % k == 0,
-                  "indivisible": lambda v, k: v % k != 0}
-MAP_MEANING = {"same": lambda v, k: v, "square": lambda v, k: v ** 2, "cube": lambda v, k: v * v * v,
-               "times": lambda v, k: k * v, "plus": lambda v, k: v + k, "minus": lambda v, k: v - k,
-               "abs": lambda v, k: v if v >= 0 else -v, "negate": lambda v, k: 0 - v,
-               "mod": lambda v, k: v - k * (v // k), "floordiv": lambda v, k: (v - v % k) // k}
+from helpers import FILTER_MEANING, MAP_MEANING  # an independent reading of the spec's words
 
 
 def reduce_meaning(reducer: str, ys: list[int]):

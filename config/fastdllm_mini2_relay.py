@@ -1,0 +1,6 @@
+# Table 2 in miniature v2, Relay (K = 2, backpropagation through the relay). Shared settings: config/base_fastdllm_mini2.py.
+#   python train_fastdllm.py config/fastdllm_mini2_relay.py --seed=1 --out_dir=runs/mini2/relay_s1
+import os
+exec(open(os.path.join(os.path.dirname(__file__), "base_fastdllm_mini2.py")).read())
+objective = "relay"
+out_dir = "runs/mini2/relay"

@@ -1,0 +1,176 @@
+"""The report of Table 2 in miniature v2 (scripts/mini_study_v2.py), from the kept result JSONs alone.
+
+    python scripts/mini_study_v2.py --report_only     # same as: python scripts/mini_report_v2.py results/mini_study_v2
+
+The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md):
+- primary: mean NFE per test task at tau 0.85, Relay - SFT, its 95% interval over the seed pairs (a t interval of the
+  per-seed differences; seed s of both methods starts from the same model and reads the rows in the same order);
+  decisive when the interval's half-width is under 10% of SFT's mean NFE;
+- secondary: pass@1 plus at tau 0.85 (Relay non-inferior when the interval's lower end is above -5 points), and
+  pass@1 plus at matched NFE along the tau sweep (per-task paired s.e., seed s.d.).
+Also: the same at tau 0.85 in the held-out wording, validation pass@1, the chosen steps, the cost per step and the
+share of clipped steps, and the accuracy-NFE frontier figure.
+"""
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts import mini_report  # noqa: E402
+from scripts.mini_report import fmt, mean, method_of, rate, sd, select  # noqa: E402
+
+TAU = 0.85
+MARGIN = 5.0  # non-inferiority margin of pass@1, points
+DECISIVE = 0.10  # the primary interval's half-width, as a share of SFT's mean NFE
+METHODS = {"base": "Fast-dLLM v2 (stage B)", "sft": "Vanilla SFT", "relay": "Relay", "rollout": "Rollout",
+           "relay_sg": "Relay (sg)"}
+# two-sided 95% quantiles of Student's t, by degrees of freedom (tests/test_mini_report_v2.py integrates the density)
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
+
+
+def interval(diffs: list[float]) -> tuple[float, float, float]:
+    """(mean, lower, upper): the 95% t interval of the mean of the per-seed differences (nan below two seeds)."""
+    if len(diffs) < 2:
+        return mean(diffs), math.nan, math.nan
+    half = T975[min(len(diffs) - 1, max(T975))] * sd(diffs) / math.sqrt(len(diffs))
+    return mean(diffs), mean(diffs) - half, mean(diffs) + half
+
+
+def by_model(results: list[dict], protocol: str, tau: float) -> dict[str, dict]:
+    return {r["model"]: r for r in results if r["protocol"] == protocol and abs(r["tau"] - tau) < 1e-9}
+
+
+def seeds_of(results: list[dict], method: str) -> list[int]:
+    return sorted({int(r["model"].rsplit("_s", 1)[1]) for r in results if method_of(r["model"]) == method})
+
+
+def seed_diffs(results: list[dict], key, a: str = "sft", b: str = "relay") -> tuple[list[float], list[float]]:
+    """(per-seed b - a of key(result) at tau 0.85 on the test tasks, a's values) over the seeds both have."""
+    test = by_model(results, "test", TAU)
+    seeds = [s for s in seeds_of(results, a) if f"{a}_s{s}" in test and f"{b}_s{s}" in test]
+    return [key(test[f"{b}_s{s}"]) - key(test[f"{a}_s{s}"]) for s in seeds], [key(test[f"{a}_s{s}"]) for s in seeds]
+
+
+def nfe(r: dict) -> float:
+    return mean(r["nfe"])
+
+
+def plus(r: dict) -> float:
+    return 100 * mean(r["plus"])
+
+
+def table(results: list[dict]) -> list[str]:
+    lines = ["| model | seeds | step | test: base | plus | NFE | held-out wording: plus | NFE | validation: plus | NFE |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    columns = [("test", "base"), ("test", "plus"), ("test", "nfe"), ("reworded", "plus"), ("reworded", "nfe"),
+               ("val", "plus"), ("val", "nfe")]
+    for method, label in METHODS.items():
+        models = sorted({r["model"] for r in results if method_of(r["model"]) == method})
+        if not models:
+            continue
+        cells = []
+        for protocol, key in columns:
+            found = by_model(results, protocol, TAU)
+            values = [(100 if key != "nfe" else 1) * mean(found[m][key]) for m in models if m in found]
+            cells.append(fmt(values))
+        steps = sorted({r["step"] for r in results if r["model"] in models})
+        lines.append(f"| {label} | {len(models)} | {', '.join(map(str, steps))} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def primary(results: list[dict]) -> list[str]:
+    diffs, sft = seed_diffs(results, nfe)
+    if not diffs:
+        return ["no seed has both an SFT and a Relay result at tau 0.85 yet"]
+    m, lo, hi = interval(diffs)
+    bound = DECISIVE * mean(sft)
+    decisive = not math.isnan(lo) and (hi - lo) / 2 < bound
+    return [f"Relay - SFT, mean NFE per test task at tau {TAU:g}, over {len(diffs)} seed pairs: {m:+.2f} "
+            f"(95% interval {lo:+.2f} to {hi:+.2f}; SFT's mean NFE {mean(sft):.2f}, so ±10% is ±{bound:.2f}): "
+            + ("decisive" if decisive else "NOT decisive: add seeds"),
+            "", "Per seed (SFT, Relay, difference): " + "; ".join(
+                f"s{s}: {a:.2f}, {a + d:.2f}, {d:+.2f}" for s, a, d in zip(seeds_of(results, "sft"), sft, diffs))]
+
+
+def secondary(results: list[dict]) -> list[str]:
+    diffs, sft = seed_diffs(results, plus)
+    if not diffs:
+        return []
+    m, lo, hi = interval(diffs)
+    verdict = "non-inferior" if lo > -MARGIN else ("inferior" if hi < -MARGIN else "not shown non-inferior")
+    lines = [f"Relay - SFT, pass@1 plus at tau {TAU:g}: {m:+.1f} points (95% interval {lo:+.1f} to {hi:+.1f}; "
+             f"margin -{MARGIN:g}): {verdict}", "",
+             "pass@1 plus at matched NFE along the tau sweep (Relay - SFT; per-task paired s.e., seed s.d.):", "",
+             "| NFE | SFT | Relay | difference | s.e. | seed s.d. |", "|---|---|---|---|---|---|"]
+    found = mini_report.curves(results, "test")
+    pairs = mini_report.seed_pairs(found, None, "sft", "relay")
+    for budget, a, b, d, se, spread in mini_report.matched_rows(pairs, "test") if pairs else []:
+        lines.append(f"| {budget:.1f} | {a:.1f} | {b:.1f} | {d:+.1f} | {se:.1f} | {mini_report.one(spread)} |")
+    return lines
+
+
+def training(out: str) -> list[str]:
+    """Each run's median logged throughput and its share of clipped steps, from the kept train_metrics.jsonl."""
+    lines = ["| run | steps | median tokens/s | clipped steps | last validation loss |", "|---|---|---|---|---|"]
+    for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        path = os.path.join(out, model, "train_metrics.jsonl")
+        if model == "base" or not os.path.exists(path):
+            continue
+        rows = mini_report.read_jsonl(path)
+        speeds = sorted(r["tokens_per_s"] for r in rows if "tokens_per_s" in r)
+        steps = [r for r in rows if "clipped" in r]
+        clipped = sum(r["clipped"] * n for r, n in zip(steps, step_counts(steps))) / max(1, rows[-1]["step"])
+        val = [r["val_loss"] for r in rows if "val_loss" in r]
+        lines.append(f"| {model} | {rows[-1]['step']} | {speeds[len(speeds) // 2]:.0f} | {100 * clipped:.0f}% | "
+                     f"{val[-1] if val else '-'} |")
+    return lines
+
+
+def step_counts(records: list[dict]) -> list[int]:
+    """How many steps each logged record averages (the steps since the record before)."""
+    return [r["step"] - (records[i - 1]["step"] if i else 0) for i, r in enumerate(records)]
+
+
+def plot_frontier(results: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colors = {"base": "0.5", "sft": "tab:blue", "rollout": "tab:green", "relay_sg": "tab:purple", "relay": "tab:red"}
+    found = mini_report.curves(results, "test")
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    for method, label in METHODS.items():
+        models = sorted({m for m, _ in found if method_of(m) == method})
+        for i, m in enumerate(models):
+            curve = next(c for (mm, _), c in found.items() if mm == m)
+            ax.plot([mean(select(r, "test", "nfe")) for r in curve], [rate(r, "test") for r in curve], "o-",
+                    color=colors[method], alpha=0.9 if i == 0 else 0.4, ms=3, label=label if i == 0 else None)
+    ax.set(xlabel="mean NFE per task", ylabel="pass@1 plus (%)",
+           title="held-out compositions: pass@1 against forward passes over tau")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(out: str, figures: str | None = None) -> str:
+    results = mini_report.load(out)
+    if not results:
+        raise SystemExit(f"no kept results in {out}: run python scripts/mini_study_v2.py first")
+    lines = ["# Table 2 in miniature v2: report", "", "Drawn by scripts/mini_report_v2.py from the JSONs in this folder alone.",
+             "", f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; each run's step chosen on validation)", "",
+             *table(results), "", "## Primary outcome", "", *primary(results), "", "## Secondary outcomes", "",
+             *secondary(results), "", "## Training (equal steps x batch)", "", *training(out), ""]
+    text = "\n".join(lines)
+    with open(os.path.join(out, "mini_study_v2.md"), "w") as f:
+        f.write(text)
+    if any(r["protocol"] == "test" for r in results):
+        os.makedirs(figures or out, exist_ok=True)
+        plot_frontier(results, os.path.join(figures or out, "mini_frontier_v2.png"))
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    report(sys.argv[1] if len(sys.argv) > 1 else "results/mini_study_v2")

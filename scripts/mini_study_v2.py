@@ -1,0 +1,269 @@
+"""Table 2 in miniature, v2: fine-tunes that converge, chosen on validation, on a task with room to cut NFE.
+
+    python scripts/mini_study_v2.py                  # all of it, resumable (2 cores: about 14 h)
+    python scripts/mini_study_v2.py --report_only    # the report from the kept JSONs (--out)
+    python scripts/mini_study_v2.py --smoke          # toy sizes: the whole pipeline in a few minutes
+    python scripts/mini_study_v2.py --device=cuda --lanes=8 --out=results/mini_study_v2_gpu   # on one GPU
+
+The protocol, fixed before the seeds ran, is docs/table2_v2_protocol.md. Each step is skipped when its output is
+there, so a killed study resumes with the same command:
+0. the data: `python -m fastdllm.mini_data` (corpus and tokenizer), `python -m fastdllm.mini_data_v2` (the
+   multi-step tasks: train, validation, test in trained and in held-out wording; stage B's mixture);
+A. the pretrained model, shared with v1 (reference/mini/pretrain; scripts/mini_study.py makes it);
+B. adaptation on docstring pairs: `train_fastdllm.py config/fastdllm_mini2_adapt.py`, kept in --kept as bf16;
+P. the pilot: SFT and Relay, seed 1, at each learning rate of --lrs; each method's rate is the one whose run reaches
+   the lower validation loss (choice.json); the chosen run is that method's seed 1;
+C. SFT and Relay at their chosen rate with the other --seeds, then the --extra objectives (seed 1, Relay's rate);
+D. every run's checkpoint of lowest validation loss, evaluated with eval_code.py: the test tasks in trained wording at
+   each tau of --taus, in held-out wording at tau 0.85, the validation tasks at tau 0.85; stage B likewise.
+One JSON per (run, protocol, tau) in --out; the report is --out/mini_study_v2.md (scripts/mini_report_v2.py).
+"""
+import argparse
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts import mini_report, mini_report_v2, mini_study, runs  # noqa: E402
+
+PY = sys.executable
+OBJECTIVES = ("sft", "relay", "rollout", "relay_sg")
+CARRY = mini_study.CARRY
+LRS = (3e-4, 1e-3)
+TAUS = (0.7, 0.85, 0.95)
+EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=224", "--batch_size=32",
+             "--dtype=float32", "--workers=1", "--decode=authors"]
+SMOKE_DATA = ["--n_train=300", "--n_val=8", "--n_val_rows=4", "--n_test=8"]
+SMOKE_FINETUNE = ["--max_iters=4", "--save_interval=2", "--val_interval=2", "--warmup_iters=1", "--lr_decay_iters=4",
+                  "--device_batch_size=2", "--effective_batch=0"]
+
+
+def run_name(objective: str, seed: int, lr: float | None = None) -> str:
+    """sft_s3; a pilot run also names its rate (sft_s1_lr0.001) until it is chosen."""
+    return f"{objective}_s{seed}" + (f"_lr{lr:g}" if lr is not None else "")
+
+
+def val_losses(run_dir: str) -> dict[int, float]:
+    """step -> validation loss, from the run's metrics.jsonl (train_fastdllm.py logs it at every save)."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    records = mini_report.read_jsonl(path) if os.path.exists(path) else []
+    return {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
+
+
+def chosen_step(run_dir: str) -> int:
+    """The kept checkpoint of lowest validation loss (a tie goes to the later step): the run's model."""
+    losses = val_losses(run_dir)
+    steps = [s for s in mini_study.kept_steps(run_dir) if s in losses]
+    if not steps:
+        raise SystemExit(f"{run_dir}: no kept checkpoint has a validation loss in metrics.jsonl")
+    return min(steps, key=lambda s: (losses[s], -s))
+
+
+def choose_rate(runs_dir: str, objective: str, lrs: tuple[float, ...]) -> float:
+    """The pilot's rule, the same for every objective: the rate whose seed-1 run reaches the lowest validation loss
+    at any kept step (a tie goes to the smaller rate)."""
+    best = {lr: min(val_losses(os.path.join(runs_dir, run_name(objective, 1, lr))).values()) for lr in lrs}
+    return min(lrs, key=lambda lr: (best[lr], lr))
+
+
+def train(args: argparse.Namespace, objective: str, seed: int, lr: float, name: str, say) -> str:
+    out = os.path.join(args.runs, name)
+    say(f"fine-tuning at lr {lr:g} (log: {args.runs}/{name}.log)")
+    mini_study.finetune(f"config/fastdllm_mini2_{objective}.py", out,
+                        [f"--seed={seed}", f"--learning_rate={lr}", f"--init_from={os.path.join(args.kept, 'adapt')}",
+                         f"--data={args.data_dir}/train.jsonl", f"--val_data={args.data_dir}/val_rows.jsonl",
+                         *args.finetune_args], 1, os.path.join(args.runs, f"{name}.log"), echo=False)
+    return out
+
+
+VAL_TASKS = 200  # the validation tasks decoded per model (the first of val.jsonl)
+FILES = {"test": "test.jsonl", "reworded": "test_reworded.jsonl", "val": "val.jsonl"}
+
+
+def protocol(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """What each fine-tune is evaluated on: the test tasks in trained wording at each tau, in held-out wording at
+    tau 0.85, the first VAL_TASKS validation tasks at tau 0.85."""
+    return [("test", tau) for tau in args.taus] + [("reworded", 0.85), ("val", 0.85)]
+
+
+def evaluate(args: argparse.Namespace, model_dir: str, name: str, step: int, carry: bool,
+             jobs: list[tuple[str, float]]) -> None:
+    """eval_code.py for each (protocol, tau) of jobs; each result kept as one JSON (mini_report.result_path)."""
+    for protocol, tau in jobs:
+        kept = mini_report.result_path(args.out, name, step, tau, protocol)
+        if os.path.exists(kept):
+            continue
+        out = os.path.join(args.runs, "eval", name, f"step_{step}", f"{protocol}_tau_{tau:g}")
+        limit = [f"--limit={args.val_tasks}"] if protocol == "val" else []
+        runs.sh([PY, "eval_code.py", f"--model={model_dir}", f"--data_path={args.data_dir}/{FILES[protocol]}", *limit,
+                 f"--threshold={tau}", f"--relay_carry={carry}", f"--out_dir={out}",
+                 f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS, f"--device={args.device}"],
+                log=os.path.join(args.runs, "eval", f"{name}.log"), echo=False)
+        mini_report.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry))
+
+
+def finish(args: argparse.Namespace, objective: str, seed: int, run_dir: str, name: str, say) -> None:
+    """Keep the run's log, evaluate its checkpoint of lowest validation loss, keep the seed-1 pair's weights."""
+    mini_study.keep_log(run_dir, name, args)
+    step = chosen_step(run_dir)
+    say(f"trained; validation chose step {step}; evaluating")
+    ckpt = os.path.join(run_dir, f"ckpt-{step}")
+    evaluate(args, ckpt, name, step, CARRY[objective], protocol(args))
+    if seed == 1 and objective in ("sft", "relay"):
+        mini_study.keep(ckpt, os.path.join(args.kept, name))
+    say(f"evaluated; results in {args.out}/{name}")
+
+
+def pilot_job(args: argparse.Namespace, objective: str, lr: float, say) -> None:
+    train(args, objective, 1, lr, run_name(objective, 1, lr), say)
+
+
+def main_job(args: argparse.Namespace, objective: str, seed: int, say) -> None:
+    """A run of the study proper: seed 1 is the pilot run at the chosen rate (not trained again)."""
+    lr = args.choice["relay" if objective not in args.choice else objective]
+    name = run_name(objective, seed)
+    run_dir = os.path.join(args.runs, run_name(objective, 1, lr)) if seed == 1 and objective in args.choice else \
+        train(args, objective, seed, lr, name, say)
+    finish(args, objective, seed, run_dir, name, say)
+
+
+def base_job(args: argparse.Namespace, say) -> None:
+    say("evaluating stage B")  # the table's base row: tau 0.85 only
+    evaluate(args, os.path.join(args.kept, "adapt"), "base", 0, False, [("test", 0.85), ("val", 0.85)])
+
+
+def run_lanes(jobs: list[tuple[str, object]], lanes: int) -> None:
+    """Run the (name, callable(say)) jobs on `lanes` threads. Any error in a job, whatever its kind, stops the
+    lanes from taking new jobs and ends the study non-zero with one line naming the job and the cause; what
+    finished stays kept, and the same command resumes."""
+    todo: queue.Queue = queue.Queue()
+    for job in jobs:
+        todo.put(job)
+    failures: list[str] = []
+
+    def lane(number: int) -> None:
+        while not failures:
+            try:
+                name, job = todo.get_nowait()
+            except queue.Empty:
+                return
+            say = lambda text: print(f"[lane {number}] {time.strftime('%H:%M')} {name}: {text}", flush=True)  # noqa: E731
+            try:
+                job(say)
+            except BaseException as e:  # noqa: BLE001 - a lane must never die quietly
+                cause = str(e) or type(e).__name__
+                failures.append(f"{name}: {cause}")
+                say(f"FAILED: {cause}")
+                if not isinstance(e, SystemExit):
+                    traceback.print_exc()
+
+    threads = [threading.Thread(target=lane, args=(i + 1,)) for i in range(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit("the study stopped: " + "; ".join(failures))
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """The data, stage A (v1's, kept) and stage B."""
+    runs.sh([PY, "-m", "fastdllm.mini_data", f"--out_dir={args.corpus_dir}"])
+    runs.sh([PY, "-m", "fastdllm.mini_data_v2", f"--corpus_dir={args.corpus_dir}", f"--out_dir={args.data_dir}",
+             *(SMOKE_DATA if args.smoke else [])])
+    os.makedirs(os.path.join(args.runs, "eval"), exist_ok=True)
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))
+    if not mini_study.is_complete(args.pretrain):
+        raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: run python scripts/mini_study.py first")
+    stage_b(args)
+
+
+def stage_b(args: argparse.Namespace) -> None:
+    kept = os.path.join(args.kept, "adapt")
+    if mini_study.is_complete(kept):
+        return print(f"stage B: {kept} is kept, skipped")
+    out = os.path.join(args.runs, "adapt")
+    procs = mini_study.processes(args)
+    per_process = max(1, 4 // procs) if procs in (1, 2, 4) else 1
+    extra = [f"--init_from={args.pretrain}", f"--data={args.data_dir}/adapt.jsonl",
+             f"--gradient_accumulation_steps={per_process}", *args.finetune_args]
+    extra = [e for e in extra if not e.startswith("--val_interval")]  # B has no validation rows
+    if procs not in (1, 2, 4):
+        extra.append("--effective_batch=0")
+    mini_study.finetune("config/fastdllm_mini2_adapt.py", out, extra, procs, os.path.join(args.runs, "adapt.log"))
+    mini_study.keep_log(out, "base", args)
+    mini_study.keep(mini_study.last_ckpt(out), kept)
+
+
+def run_all(args: argparse.Namespace) -> None:
+    prepare(args)
+    pilots = [(run_name(o, 1, lr), lambda say, o=o, lr=lr: pilot_job(args, o, lr, say))
+              for o in ("sft", "relay") for lr in args.lrs]
+    run_lanes([("base", lambda say: base_job(args, say))] + pilots, args.lanes)
+    args.choice = {o: choose_rate(args.runs, o, args.lrs) for o in ("sft", "relay")}
+    runs.write_marker(os.path.join(args.out, "choice.json"), {
+        "rule": "per objective, the learning rate whose seed-1 run reaches the lowest validation loss",
+        "chosen": args.choice, "val_loss": {run_name(o, 1, lr): val_losses(os.path.join(args.runs, run_name(o, 1, lr)))
+                                            for o in ("sft", "relay") for lr in args.lrs}})
+    print(f"learning rates chosen on validation: {args.choice}")
+    jobs = [(run_name(o, s), lambda say, o=o, s=s: main_job(args, o, s, say)) for s in args.seeds for o in ("sft", "relay")]
+    jobs += [(run_name(o, 1), lambda say, o=o: main_job(args, o, 1, say)) for o in args.extra]
+    run_lanes(jobs, args.lanes)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--seeds", default="1,2,3,4,5,6", help="seeds of SFT and Relay (1 is the pilot's)")
+    p.add_argument("--extra", default="", help="objectives fine-tuned once, seed 1 (rollout, relay_sg)")
+    p.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS), help="the pilot's learning rates")
+    p.add_argument("--lanes", type=int, default=2, help="runs at once (one per core; on a GPU, several)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: every stage on the one GPU, fp32")
+    p.add_argument("--corpus_dir", default="data/mini", help="the corpus and tokenizer (python -m fastdllm.mini_data)")
+    p.add_argument("--data_dir", default="data/mini2")
+    p.add_argument("--pretrain", default="reference/mini/pretrain", help="the kept stage A")
+    p.add_argument("--runs", default="runs/mini2")
+    p.add_argument("--kept", default="reference/mini2", help="the kept bf16 checkpoints: stage B, the seed-1 pair")
+    p.add_argument("--out", default="results/mini_study_v2", help="kept results and the report")
+    p.add_argument("--report_only", action="store_true")
+    p.add_argument("--smoke", action="store_true", help="toy sizes from the real corpus and stage A, in runs/mini2-smoke")
+    args = p.parse_args(argv)
+    args.seeds = runs.seed_list(args.seeds, "--seeds")
+    runs.need(1 in args.seeds, "--seeds", "a list that holds 1 (the pilot's seed)", args.seeds)
+    args.extra = [o.strip() for o in args.extra.split(",") if o.strip()]
+    runs.need(all(o in OBJECTIVES[2:] for o in args.extra) and len(set(args.extra)) == len(args.extra), "--extra",
+              f"each of {', '.join(OBJECTIVES[2:])} at most once", args.extra)
+    try:
+        args.lrs = tuple(float(t) for t in args.lrs.split(",") if t.strip())
+    except ValueError:
+        raise SystemExit(f"--lrs must be comma-separated numbers, got {args.lrs!r}")
+    runs.need(len(args.lrs) >= 1 and all(0 < lr < 1 for lr in args.lrs), "--lrs", "rates in (0, 1)", args.lrs)
+    runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
+    runs.need(args.device == "cpu" or (args.device == "cuda" and mini_study.torch_cuda()), "--device",
+              "cpu, or cuda on a GPU", args.device)
+    args.taus, args.finetune_args, args.val_tasks = TAUS, [], VAL_TASKS
+    if args.smoke:
+        args.data_dir, args.runs, args.seeds = "data/mini2-smoke", "runs/mini2-smoke", [1, 2]
+        args.kept, args.out = "runs/mini2-smoke/kept", "runs/mini2-smoke/results"
+        args.taus, args.finetune_args, args.val_tasks = (0.85,), SMOKE_FINETUNE, 4
+    args.finetune_args = [*args.finetune_args, f"--device={args.device}"]
+    for key in ("corpus_dir", "data_dir", "runs", "kept", "out"):
+        runs.check_folder(getattr(args, key), f"--{key}")
+        setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
+    args.pretrain = os.path.relpath(os.path.abspath(args.pretrain), runs.ROOT)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.chdir(runs.ROOT)
+    if not args.report_only:
+        run_all(args)
+    mini_report_v2.report(args.out)
+
+
+if __name__ == "__main__":
+    main()

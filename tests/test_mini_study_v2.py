@@ -1,0 +1,125 @@
+"""Table 2 in miniature v2: the schedule that ends, the validation loss, the checkpoint and rate chosen on validation,
+the clipped-step share, and the report's interval."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import train_fastdllm
+from configurator import load_config
+from scripts import mini_report_v2, mini_study_v2
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("objective", ["sft", "relay"])
+def test_the_v2_schedule_ends_near_zero_after_a_short_warmup(objective):
+    cfg = load_config(train_fastdllm.TrainConfig, [os.path.join(ROOT, f"config/fastdllm_mini2_{objective}.py")])
+    peak = cfg.learning_rate
+    assert cfg.warmup_iters <= 0.1 * cfg.max_iters and cfg.lr_decay_iters == cfg.max_iters
+    assert train_fastdllm.lr_at(cfg.warmup_iters, cfg) == pytest.approx(peak)
+    assert train_fastdllm.lr_at(cfg.max_iters - 1, cfg) < 1e-3 * peak  # the last step's rate
+    assert train_fastdllm.lr_at((cfg.max_iters + cfg.warmup_iters) // 2, cfg) == pytest.approx(peak / 2, rel=0.02)
+
+
+def fake_run(path, val: dict[int, float], kept: list[int]) -> str:
+    """A run folder as train_fastdllm.py leaves it: metrics.jsonl with validation losses, complete ckpt-N folders."""
+    os.makedirs(path)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for step in range(10, max(val) + 1, 10):
+            f.write(json.dumps({"step": step, "loss": 1.0} | ({"val_loss": val[step]} if step in val else {})) + "\n")
+    for step in kept:
+        os.makedirs(os.path.join(path, f"ckpt-{step}"))
+        open(os.path.join(path, f"ckpt-{step}", "manifest.json"), "w").write("{}")
+    return str(path)
+
+
+def test_the_checkpoint_is_the_kept_one_of_lowest_validation_loss(tmp_path):
+    run = fake_run(tmp_path / "r", {20: 0.9, 40: 0.5, 60: 0.3, 80: 0.6}, kept=[40, 80])
+    assert mini_study_v2.chosen_step(run) == 40  # 60 is lower but was not kept
+    run = fake_run(tmp_path / "tie", {50: 0.4, 100: 0.4}, kept=[50, 100])
+    assert mini_study_v2.chosen_step(run) == 100
+    with pytest.raises(SystemExit, match="no kept checkpoint has a validation loss"):
+        mini_study_v2.chosen_step(fake_run(tmp_path / "none", {50: 0.4}, kept=[100]))
+
+
+def test_each_method_takes_the_rate_of_its_lowest_validation_loss(tmp_path):
+    fake_run(tmp_path / "sft_s1_lr0.0003", {50: 0.8, 100: 0.5}, [50, 100])
+    fake_run(tmp_path / "sft_s1_lr0.001", {50: 0.6, 100: 0.55}, [50, 100])
+    fake_run(tmp_path / "relay_s1_lr0.0003", {50: 0.8, 100: 0.7}, [50, 100])
+    fake_run(tmp_path / "relay_s1_lr0.001", {50: 0.9, 100: 0.45}, [50, 100])
+    assert mini_study_v2.choose_rate(str(tmp_path), "sft", (3e-4, 1e-3)) == 3e-4
+    assert mini_study_v2.choose_rate(str(tmp_path), "relay", (3e-4, 1e-3)) == 1e-3
+
+
+def test_the_clipped_share_counts_the_steps_above_the_clip():
+    interval = train_fastdllm.Interval(grad_clip=1.0)
+    for norm, loss in ((0.5, 2.0), (1.5, 4.0), (1.0, 3.0), (9.0, 7.0)):
+        interval.add({"grad_norm": norm, "loss": loss, "l1": 0.0, "l2": 0.0})
+    assert interval.means() == {"loss": 4.0, "l1": 0.0, "l2": 0.0, "clipped": 0.5}  # 1.0 itself is not clipped
+
+
+def test_the_report_adds_up_the_clipped_share_over_steps_not_records():
+    records = [{"step": 10, "clipped": 1.0}, {"step": 25, "clipped": 0.0}, {"step": 30, "clipped": 0.2}]
+    assert mini_report_v2.step_counts(records) == [10, 15, 5]
+
+
+def test_the_validation_loss_is_the_sft_loss_on_fixed_masks(tmp_path):
+    """Twice the same value (fixed masks); equal to the SFT loss computed by hand from the same masks; training mode
+    restored; the same whatever the run's own noise generator has drawn."""
+    val = tmp_path / "val.jsonl"
+    rows = [{"messages": [{"role": "user", "content": f"add {i} and {i + 1}"},
+                          {"role": "assistant", "content": f"the sum is {2 * i + 1}, as computed"}]} for i in range(5)]
+    val.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = train_fastdllm.parse_config([os.path.join(ROOT, "config/fastdllm_tiny.py"), "--deepspeed=", "--data=toy", f"--val_data={val}",
+                                       "--device=cpu", "--objective=sft", "--device_batch_size=2",
+                                       "--gradient_accumulation_steps=1", "--effective_batch=0",
+                                       f"--out_dir={tmp_path / 'run'}"])
+    run = train_fastdllm.setup(cfg)
+    first = train_fastdllm.validation_loss(run)
+    torch.rand(100, generator=run.noise_gen)
+    assert train_fastdllm.validation_loss(run) == first and run.backend.module.training
+    gen = torch.Generator().manual_seed(train_fastdllm.VAL_MASK_SEED)
+    total, count = 0.0, 0
+    model = run.model.eval()
+    with torch.no_grad():
+        length = max(len(ids) for ids, _ in run.val_rows)
+        for i in range(0, 5, 2):
+            x0, maskable = train_fastdllm.collate(run.val_rows[i:i + 2], run.tokenizer.pad_token_id, 32, length)
+            t = torch.rand(x0.shape[0], x0.shape[1] // 32, generator=gen)
+            p = ((1 - 1e-3) * t + 1e-3).repeat_interleave(32, dim=1)
+            m = torch.rand(x0.shape, generator=gen) < p
+            sup2 = torch.cat([m & maskable, ~m & maskable])
+            z = torch.where(sup2, torch.full_like(torch.cat([x0, x0]), model.config.mask_token_id), torch.cat([x0, x0]))
+            logits = train_fastdllm.doubled_forward(model, z, torch.cat([x0, x0]), None, 32).logits
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # position i predicts token i
+            total += float(torch.nn.functional.cross_entropy(logits[sup2], torch.cat([x0, x0])[sup2], reduction="sum"))
+            count += int(maskable.sum())
+    assert first == pytest.approx(total / count, rel=1e-5)
+
+
+def test_the_t_quantiles_match_the_density():
+    """Each tabulated 97.5% quantile of Student's t integrates to 0.975 (trapezoid rule on the density)."""
+    for df, q in mini_report_v2.T975.items():
+        x = np.linspace(-q - 2000.0 if df < 3 else -200.0, q, 2_000_001)
+        density = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2)) * (1 + x ** 2 / df) ** (-(df + 1) / 2)
+        assert np.trapezoid(density, x) == pytest.approx(0.975, abs=2e-4 if df < 3 else 5e-5), df
+
+
+def test_the_primary_interval_and_its_verdict_by_hand():
+    # differences 1, 2, 3, 4, 5, 6: mean 3.5, s.d. 1.8708, t(5) 2.571 -> half-width 1.9637
+    m, lo, hi = mini_report_v2.interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert (m, lo, hi) == pytest.approx((3.5, 3.5 - 1.9637, 3.5 + 1.9637), abs=1e-3)
+
+    def result(model, nfe):
+        return {"model": model, "protocol": "test", "tau": 0.85, "step": 300, "nfe": [nfe, nfe], "plus": [1, 0],
+                "base": [1, 0], "task_ids": ["mini2/test/0", "mini2/test/1"]}
+    sft = [result(f"sft_s{s}", 30.0) for s in range(1, 7)]
+    relay = [result(f"relay_s{s}", 30.0 + d) for s, d in zip(range(1, 7), (1, 2, 3, 4, 5, 6))]
+    text = "\n".join(mini_report_v2.primary(sft + relay))
+    assert "+3.50" in text and "+1.54 to +5.46" in text and "±3.00" in text and "decisive" in text
+    wide = [result(f"relay_s{s}", 30.0 + d) for s, d in zip(range(1, 7), (-9, 12, 3, -4, 15, 6))]
+    assert "NOT decisive" in "\n".join(mini_report_v2.primary(sft + wide))
