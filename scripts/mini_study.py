@@ -283,6 +283,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise SystemExit(f"--extra: each of {', '.join(OBJECTIVES[2:])} at most once, got {','.join(args.extra)!r}")
     runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
     runs.need(args.gate_steps >= 1, "--gate_steps", ">= 1", args.gate_steps)
+    # evaluation skips a (model, step, tau) whose JSON is kept, so a broken one would stop the report only at the end
+    mini_report.load(args.out)
     runs.need(args.device == "cpu" or (args.device == "cuda" and torch_cuda()), "--device", "cpu, or cuda on a GPU",
               args.device)
     args.full, args.light, args.pretrain_args, args.finetune_args = FULL, LIGHT, [], []

@@ -63,6 +63,9 @@ CASES = [
     ("mini_study", ["--gate_steps=0"], "--gate_steps"),
     ("mini_study", ["--kept=FILE/sub"], "--kept"),
     ("mini_study", ["--out=FILE"], "--out"),
+    ("mini_study", ["--report_only", "--out=CUT"], KEPT),  # a kept JSON cut short
+    ("mini_study", ["--report_only", "--out=NO_NFE"], (KEPT, "nfe")),  # a kept JSON without a field the report reads
+    ("mini_study", ["--out=CUT"], KEPT),  # evaluation skips it: the report would stop on it hours later
     ("mini_data", ["--out_dir=FILE/sub"], "--out_dir"),
     ("mini_data", ["--out_dir=FILE"], "--out_dir"),
     ("mini_data", ["--n_test_each=0"], "--n_test_each"),
@@ -75,6 +78,15 @@ CASES = [
     ("pretrain_ar", ["--data_dir=ODD_TRAIN"], ("train.bin", "uint16")),
     ("pretrain_ar", ["--data_dir=TMP/missing"], ("train.bin", "fastdllm.mini_data")),
     ("pretrain_ar", ["--out_dir=FILE/sub"], "out_dir"),
+    ("mini_report", ["CUT"], KEPT),
+    ("mini_report", ["NO_NFE"], (KEPT, "nfe")),
+    ("mini_report", ["CUT_LOG"], ("train_metrics.jsonl", "line 2")),
+    ("mini_report", ["TMP/missing"], "missing"),
+    ("mini_check", ["--results=FILE"], "--results"),
+    ("mini_check", ["--results=CUT"], KEPT),  # read after 2 minutes of decoding
+    ("mini_check", ["--sandbox=none"], "--sandbox"),
+    ("mini_check", ["--n=0"], "--n"),
+    ("mini_check", ["--kept=TMP"], "--kept"),
 ]
 
 
