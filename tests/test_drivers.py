@@ -66,6 +66,11 @@ CASES = [
     ("mini_study", ["--report_only", "--out=CUT"], KEPT),  # a kept JSON cut short
     ("mini_study", ["--report_only", "--out=NO_NFE"], (KEPT, "nfe")),  # a kept JSON without a field the report reads
     ("mini_study", ["--out=CUT"], KEPT),  # evaluation skips it: the report would stop on it hours later
+    ("mini_study", ["--gate", "--gate_init=TMP/missing"], "--gate_init"),
+    ("mini_study", ["--gate", "--gate_init=reference/mini/pretrain"], ("--data_dir", "tasks_train.jsonl")),
+    ("mini_study", ["--gate_init=reference/mini/pretrain"], "--gate_init"),  # without --gate: the whole study ran
+    ("mini_study", ["--gate", "--report_only"], "--report_only"),
+    ("mini_study", ["--smoke", "--gate_steps=50"], "--gate_steps"),  # --smoke replaced it silently
     ("mini_data", ["--out_dir=FILE/sub"], "--out_dir"),
     ("mini_data", ["--out_dir=FILE"], "--out_dir"),
     ("mini_data", ["--n_test_each=0"], "--n_test_each"),
