@@ -39,6 +39,10 @@ def meaning(t: tasks.Task, xs: list[int]):
     return reduce_meaning(t.comp.reducer, [MAP_MEANING[t.comp.map](v, t.km) for v in kept])
 
 
+# what the spec's words give for no elements at all: a sum and a product of nothing, "or 0 if there are none", no list
+EMPTY_ANSWER = {"sum": 0, "product": 1, "max": 0, "min": 0, "list": [], "distinct": 0}
+
+
 def test_every_composition_in_both_styles_computes_what_its_spec_says():
     rng = random.Random(0)
     for comp in tasks.compositions():
@@ -47,6 +51,21 @@ def test_every_composition_in_both_styles_computes_what_its_spec_says():
             for _ in range(6):
                 xs = tasks.draw_list(rng, -20, 30, 0, 9)
                 assert tasks.run(t, xs) == meaning(t, xs), (comp, style, xs, tasks.code(t))
+
+
+def test_every_test_task_is_judged_on_the_empty_list():
+    """The empty list is among the plus inputs of every composition's test task, in both styles, and the task's
+    canonical solution (prompt + canonical_solution, as the judge runs it) returns there what the spec says. Fails
+    with the empty list dropped from tasks.draw_inputs (checked: every row), or with the loop style's max / min
+    returning its accumulator unguarded (checked: None instead of 0)."""
+    rng = random.Random(7)
+    for comp in tasks.compositions():
+        for style in tasks.STYLES:
+            row = tasks.evalplus_row(tasks.draw_task(comp, rng)._replace(style=style), "mini/seen/0", rng, "seen")
+            assert [[]] in row["plus_input"], (comp, row["plus_input"])
+            namespace = {}
+            exec(row["prompt"] + row["canonical_solution"], namespace)
+            assert namespace[row["entry_point"]]([]) == EMPTY_ANSWER[comp.reducer], (comp, style)
 
 
 def test_the_prompt_states_the_spec_and_a_true_example():
@@ -158,3 +177,4 @@ def test_the_judge_scores_hand_made_right_and_wrong_programs(tmp_path):
                                               cache_dir=str(tmp_path))
     assert [(v["base"], v["plus_inputs"]) for v in verdicts] == [(True, True), (True, False), (False, False),
                                                                    (False, False)]
+
