@@ -1,6 +1,9 @@
 """Table 2 in miniature: the task family, the held-out compositions, the tokenizer and the judge on the tasks."""
+import io
 import json
 import random
+import types
+import zipfile
 
 import pytest
 
@@ -178,3 +181,35 @@ def test_the_judge_scores_hand_made_right_and_wrong_programs(tmp_path):
     assert [(v["base"], v["plus_inputs"]) for v in verdicts] == [(True, True), (True, False), (False, False),
                                                                    (False, False)]
 
+
+def fake_wheel(source: str) -> bytes:
+    """A small wheel: one module, its source given."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("fake_pkg/__init__.py", source)
+    return buffer.getvalue()
+
+
+def test_a_wheel_whose_sha256_differs_from_its_pin_is_refused(tmp_path, monkeypatch):
+    """The corpus builder checks every wheel against its pinned sha256, one pip has just downloaded and one found in
+    the cache alike, and takes the pinned bytes. No network: pip is replaced by a stand-in that writes the wheel.
+    Fails with the digest check removed from mini_corpus.fetch_wheels (checked)."""
+    pinned, other = fake_wheel("X = 1\n"), fake_wheel("X = 2\n")
+    monkeypatch.setattr(mini_corpus, "PACKAGES", (("fake-pkg", "1.0", mini_corpus.sha256_bytes(pinned)),))
+    cache = tmp_path / "wheels"
+    wheel = cache / "fake_pkg-1.0-py3-none-any.whl"
+    asked = []
+
+    def pip_download(cmd, **kwargs):  # what `pip download` does, with other bytes than the pin's
+        asked.append(cmd)
+        wheel.write_bytes(other)
+        return types.SimpleNamespace(returncode=0, stdout="", stderr="")
+    monkeypatch.setattr(mini_corpus, "subprocess", types.SimpleNamespace(run=pip_download))
+    with pytest.raises(ValueError, match=r"fake_pkg-1.0-py3-none-any.whl has sha256 .*, pinned"):
+        mini_corpus.fetch_wheels(str(cache))  # downloaded
+    assert len(asked) == 1 and "fake-pkg==1.0" in asked[0]
+    with pytest.raises(ValueError, match="pinned"):
+        mini_corpus.fetch_wheels(str(cache))  # found in the cache: not downloaded again, still refused
+    assert len(asked) == 1
+    wheel.write_bytes(pinned)
+    assert mini_corpus.fetch_wheels(str(cache)) == [str(wheel)]
