@@ -30,6 +30,7 @@ from fastdllm.prompt import training_messages
 SEED = 0  # the default --seed; the test tasks come from their own generator, seeded seed + TEST_OFFSET
 TEST_OFFSET = 2
 TEST_SEED = SEED + TEST_OFFSET  # the study's test tasks (scripts/mini_check.py rebuilds the held-out ones)
+MAX_VOCAB = 2 ** 16  # train.bin and heldout.bin hold uint16 token ids
 OUTPUTS = ("adapt.jsonl", "tasks_train.jsonl", "test.jsonl", "train.bin", "heldout.bin", "corpus.json")
 
 
@@ -157,23 +158,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, low in (("vocab_size", 300), ("n_tasks_train", 1), ("n_adapt_tasks", 1), ("n_test_each", 1),
                      ("max_tokens", 64), ("seed", 0)):
         if getattr(args, key) < low:
-            p.error(f"--{key} must be >= {low}, got {getattr(args, key)}")
-    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
-        p.error(f"--out_dir={args.out_dir} is a file, not a directory")
+            raise SystemExit(f"mini_data: --{key} must be >= {low}, got {getattr(args, key)}")
+    if args.vocab_size > MAX_VOCAB:
+        raise SystemExit(f"mini_data: --vocab_size must be <= {MAX_VOCAB} (train.bin holds uint16 ids), got {args.vocab_size}")
+    problem = common.folder_problem(args.out_dir)
+    if problem:  # checked here, not when the first file is written after minutes of building
+        raise SystemExit(f"mini_data: --out_dir={args.out_dir} {problem}")
     return args
+
+
+def built_args(path: str) -> dict:
+    """The arguments recorded in a finished build's build.json (one line naming the file when it is broken)."""
+    try:
+        with open(path) as f:
+            return json.load(f)["args"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise SystemExit(f"mini_data: {path} is cut short or not a build record ({type(e).__name__}: {e}): "
+                         "delete it to build again") from None
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     done = os.path.join(args.out_dir, "build.json")
     if os.path.exists(done):
-        with open(done) as f:
-            built = json.load(f)["args"]
+        built = built_args(done)
         if built == vars(args):
             print(f"{args.out_dir} is built with these arguments already (build.json); nothing to do")
             return
-        key = next(k for k in sorted(vars(args)) if built.get(k) != vars(args)[k])
-        sys.exit(f"mini_data: {args.out_dir} was built with --{key}={built.get(key)!r}, not {vars(args)[key]!r}: "
+        key = next(k for k in sorted(set(built) | set(vars(args))) if built.get(k) != vars(args).get(k))
+        sys.exit(f"mini_data: {args.out_dir} was built with --{key}={built.get(key)!r}, not {vars(args).get(key)!r}: "
                  "use another --out_dir (or delete it to rebuild)")
     os.makedirs(args.out_dir, exist_ok=True)
     try:

@@ -23,9 +23,10 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import eval_code  # noqa: E402
+import fastdllm.sandbox  # noqa: E402
 from fastdllm import tasks  # noqa: E402
 from fastdllm.mini_data import TEST_SEED  # noqa: E402
-from scripts import mini_report  # noqa: E402
+from scripts import mini_report, runs  # noqa: E402
 
 # (kept directory, label, decode with the relay carry, the study's result for it at tau: model, step)
 MODELS = (("adapt", "Fast-dLLM v2 (stage B)", False, ("base", 0)), ("sft_s1", "Vanilla SFT", False, ("sft_s1", 200)),
@@ -59,8 +60,7 @@ def study_record(results: str, model: str, step: int, tau: float, task_ids: list
     path = mini_report.result_path(results, model, step, tau, "full")
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        kept = json.load(f)
+    kept = mini_report.read_kept(path)
     where = {t: i for i, t in enumerate(kept["task_ids"])}
     if not all(t in where for t in task_ids):
         return None
@@ -91,14 +91,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tau", type=float, default=0.85)
     p.add_argument("--sandbox", default="auto", help="how generated programs are isolated (eval_code.py; docs/sandbox.md)")
     args = p.parse_args(argv)
-    if not 1 <= args.n <= 200:
-        p.error(f"--n must be in 1..200, got {args.n}")
-    if not 0 < args.tau < 1:
-        p.error(f"--tau must be in (0, 1), got {args.tau}")
+    runs.need(1 <= args.n <= 200, "--n", "in 1..200", args.n)
+    runs.need(0 < args.tau < 1, "--tau", "in (0, 1)", args.tau)
+    runs.need(args.sandbox in fastdllm.sandbox.MODES, "--sandbox", f"one of {', '.join(fastdllm.sandbox.MODES)}",
+              args.sandbox)
     missing = [name for name, _, _, _ in MODELS if not os.path.isfile(os.path.join(args.kept, name, "manifest.json"))]
     if missing:
-        p.error(f"--kept={args.kept} lacks {', '.join(missing)}: scripts/mini_study.py keeps them there")
+        raise SystemExit(f"--kept={args.kept} lacks {', '.join(missing)}: scripts/mini_study.py keeps them there")
+    check_results(args.results, args.tau)
     return args
+
+
+def check_results(results: str, tau: float) -> None:
+    """The study's kept results this check reads after decoding (minutes), read now: a folder, and each of its
+    JSONs for the three models whole (mini_report.read_kept names a broken one). A result not kept is a "-"."""
+    if not os.path.isdir(results):
+        raise SystemExit(f"--results={results} is not a folder of the study's kept results (results/mini_study)")
+    for _, _, _, (model, step) in MODELS:
+        path = mini_report.result_path(results, model, step, tau, "full")
+        if os.path.isfile(path):
+            mini_report.read_kept(path)
 
 
 def main(argv: list[str] | None = None) -> tuple[dict[str, dict], dict[str, dict | None]]:

@@ -11,16 +11,18 @@ the NFE, so tasks can be paired. The report (out/mini_study.md, figures in --fig
 - NFE at matched pass@1; the accuracy-NFE frontier figure; the gap against fine-tuning compute (light protocol).
 pass@1 is the plus column (plus inputs alone, the authors' rule of Table 2) unless a table says base.
 """
+import argparse
 import json
 import math
 import os
-import sys
 
 RESULT_KEYS = ("pass1_base", "pass1_plus_authors", "pass1_plus_evalplus", "mean_nfe")
 SPLITS = {"heldout": "held-out compositions", "seen": "seen compositions"}
 METHODS = {"base": "Fast-dLLM v2 (stage B)", "sft": "Vanilla SFT", "rollout": "Rollout", "relay_sg": "Relay (sg)",
            "relay": "Relay"}
 TABLE_TAU = 0.85
+# what the report reads from each kept JSON; base, plus and nfe hold one value per task id
+KEPT_FIELDS = ("model", "step", "tau", "protocol", "task_ids", "base", "plus", "nfe")
 
 
 def result_path(out: str, model: str, step: int, tau: float, protocol: str) -> str:
@@ -28,8 +30,35 @@ def result_path(out: str, model: str, step: int, tau: float, protocol: str) -> s
 
 
 def read_jsonl(path: str) -> list[dict]:
+    """The rows of a JSON-lines file; a line cut short stops the script in one line naming the file and line."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
+    rows = []
+    for number, line in lines:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"{path} line {number} is cut short or not JSON ({e})") from None
+    return rows
+
+
+def read_kept(path: str) -> dict:
+    """One kept result, checked for every field the report reads (a file cut short by a killed study, or one
+    written by another version, would otherwise stop the report with a traceback, or the study hours later)."""
+    redo = "restore it, or delete it and scripts/mini_study.py evaluates it again"
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path} is cut short or not JSON ({e}): {redo}") from None
+    missing = [k for k in KEPT_FIELDS if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise SystemExit(f"{path} lacks the field {', '.join(missing)}: {redo}")
+    uneven = [k for k in ("base", "plus", "nfe")
+              if not isinstance(record[k], list) or len(record[k]) != len(record["task_ids"])]
+    if uneven:
+        raise SystemExit(f"{path}: {', '.join(uneven)} does not hold one value per task id: {redo}")
+    return record
 
 
 def compact(eval_dir: str, path: str, meta: dict) -> dict:
@@ -56,8 +85,7 @@ def load(out: str) -> list[dict]:
         folder = os.path.join(out, model)
         for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
             if name.endswith(".json"):
-                with open(os.path.join(folder, name)) as f:
-                    found.append(json.load(f))
+                found.append(read_kept(os.path.join(folder, name)))
     return found
 
 
@@ -359,5 +387,16 @@ def report(out: str, figures: str | None = None) -> str:
     return text
 
 
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("out", nargs="?", default="results/mini_study", help="the folder of kept results")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.out):
+        raise SystemExit(f"mini_report.py: {args.out} is not a folder of kept results (scripts/mini_study.py --out)")
+    if not load(args.out):  # every kept JSON read and checked before anything is written
+        raise SystemExit(f"mini_report.py: {args.out} holds no kept results (model/step_*.json)")
+    return report(args.out)
+
+
 if __name__ == "__main__":
-    report(sys.argv[1] if len(sys.argv) > 1 else "results/mini_study")
+    main()

@@ -45,6 +45,11 @@ SMOKE_PRETRAIN = ["--max_iters=20", "--eval_interval=10", "--log_interval=5", "-
 SMOKE_FINETUNE = ["--max_iters=4", "--save_interval=2", "--warmup_iters=1", "--lr_decay_iters=4", "--device_batch_size=2",
                   "--effective_batch=0"]
 SMOKE_PROTOCOL = {"taus": (0.7, 0.99), "per_split": 4}
+FOLDERS = {"data_dir": "data/mini", "runs": "runs/mini", "kept": "reference/mini", "out": "results/mini_study"}
+SMOKE_FOLDERS = {"data_dir": "data/mini-smoke", "runs": "runs/mini-smoke", "kept": "runs/mini-smoke/kept",
+                 "out": "runs/mini-smoke/results"}
+GATE_STEPS, SMOKE_GATE_STEPS = 400, 2
+GATE_DATA = ("tasks_train.jsonl", "test.jsonl")  # what the gate reads from --data_dir
 EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=128", "--batch_size=32",
              "--dtype=float32", "--workers=1", "--decode=authors"]
 
@@ -255,6 +260,32 @@ def gate(args: argparse.Namespace) -> None:
     mini_report.print_gate(args.out)
 
 
+def check_modes(args: argparse.Namespace) -> None:
+    """--gate, --report_only and --smoke: flags one of them would ignore or replace, refused in one line."""
+    if args.gate and args.report_only:
+        raise SystemExit("--gate and --report_only: give one of them")
+    if args.gate_init and not args.gate:
+        raise SystemExit(f"--gate_init={args.gate_init} is read by --gate only: add --gate, or drop it")
+    given = [f"--{key}" for key in (*FOLDERS, "gate_steps") if getattr(args, key) is not None]
+    if args.smoke and given:
+        raise SystemExit(f"{', '.join(given)}: --smoke sets its own (folders under runs/mini-smoke, "
+                         f"gate steps {SMOKE_GATE_STEPS}); drop {'them' if len(given) > 1 else 'it'}")
+
+
+def check_gate_inputs(args: argparse.Namespace) -> None:
+    """With --gate_init the gate builds nothing: its model and the task files must be there already (else
+    torchrun starts and fails on the missing file a minute later)."""
+    if not args.gate_init:
+        return
+    if not is_complete(args.gate_init):
+        raise SystemExit(f"--gate_init={args.gate_init} is not a checkpoint directory (no manifest.json): give "
+                         "scripts/pretrain_ar.py's out_dir/model or a kept one")
+    missing = [name for name in GATE_DATA if not os.path.isfile(os.path.join(args.data_dir, name))]
+    if missing:
+        raise SystemExit(f"--data_dir={args.data_dir} lacks {', '.join(missing)} (the gate with --gate_init builds no "
+                         f"data): python -m fastdllm.mini_data --out_dir={args.data_dir}")
+
+
 def torch_cuda() -> bool:
     import torch
     return torch.cuda.is_available()
@@ -266,16 +297,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--extra", default="rollout,relay_sg", help="objectives fine-tuned once (first seed); '' for none")
     p.add_argument("--lanes", type=int, default=2, help="runs at once (one per core; on a GPU, every run: 10)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda: every stage on the one GPU, fp32")
-    p.add_argument("--data_dir", default="data/mini")
-    p.add_argument("--runs", default="runs/mini")
-    p.add_argument("--kept", default="reference/mini", help="the kept bf16 checkpoints of stages A, B and the seed-1 pair")
-    p.add_argument("--out", default="results/mini_study", help="kept results and the report")
+    p.add_argument("--data_dir", help=f"default {FOLDERS['data_dir']}")
+    p.add_argument("--runs", help=f"default {FOLDERS['runs']}")
+    p.add_argument("--kept", help=f"the kept bf16 checkpoints of stages A, B and the seed-1 pair (default {FOLDERS['kept']})")
+    p.add_argument("--out", help=f"kept results and the report (default {FOLDERS['out']})")
     p.add_argument("--report_only", action="store_true")
     p.add_argument("--gate", action="store_true", help="only the task's difficulty check")
     p.add_argument("--gate_init", default="", help="the model the gate fine-tunes (default: the kept stage A)")
-    p.add_argument("--gate_steps", type=int, default=400, help="16 task rows per step")
+    p.add_argument("--gate_steps", type=int, help=f"16 task rows per step (default {GATE_STEPS})")
     p.add_argument("--smoke", action="store_true", help="toy sizes, in runs/mini-smoke")
     args = p.parse_args(argv)
+    check_modes(args)
+    for key, default in (SMOKE_FOLDERS if args.smoke else FOLDERS).items():
+        setattr(args, key, getattr(args, key) or default)
+    args.gate_steps = SMOKE_GATE_STEPS if args.smoke else GATE_STEPS if args.gate_steps is None else args.gate_steps
     args.seeds = runs.seed_list(args.seeds, "--seeds")
     args.extra = [o.strip() for o in args.extra.split(",") if o.strip()]
     bad = [o for o in args.extra if o not in OBJECTIVES[2:]]
@@ -283,20 +318,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise SystemExit(f"--extra: each of {', '.join(OBJECTIVES[2:])} at most once, got {','.join(args.extra)!r}")
     runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
     runs.need(args.gate_steps >= 1, "--gate_steps", ">= 1", args.gate_steps)
+    check_gate_inputs(args)
+    # evaluation skips a (model, step, tau) whose JSON is kept, so a broken one would stop the report only at the end
+    mini_report.load(args.out)
     runs.need(args.device == "cpu" or (args.device == "cuda" and torch_cuda()), "--device", "cpu, or cuda on a GPU",
               args.device)
     args.full, args.light, args.pretrain_args, args.finetune_args = FULL, LIGHT, [], []
     if args.smoke:
-        args.data_dir, args.runs = "data/mini-smoke", "runs/mini-smoke"
-        args.kept, args.out = "runs/mini-smoke/kept", "runs/mini-smoke/results"
         args.full = args.light = SMOKE_PROTOCOL
         args.pretrain_args, args.finetune_args = SMOKE_PRETRAIN, SMOKE_FINETUNE
-        args.gate_steps = 2
     args.pretrain_args = [*args.pretrain_args, f"--device={args.device}"]
     args.finetune_args = [*args.finetune_args, f"--device={args.device}"]
     for key in ("data_dir", "runs", "kept", "out"):
         runs.check_folder(getattr(args, key), f"--{key}")
         setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
+    if args.gate_init:  # main() runs from the repository root, like the folders above
+        args.gate_init = os.path.relpath(os.path.abspath(args.gate_init), runs.ROOT)
     return args
 
 

@@ -156,9 +156,10 @@ def save_model(cfg: PretrainConfig, model, tokenizer, step: int) -> None:
 def check(cfg: PretrainConfig) -> None:
     """Every input, in one line each, before any work."""
     for key in ("n_layer", "n_embd", "n_head", "n_kv_head", "d_ff", "seq_len", "batch_size", "max_iters",
-                "eval_interval", "log_interval"):
-        if not getattr(cfg, key) >= 1:
-            raise SystemExit(f"pretrain_ar.py: {key} must be >= 1, got {getattr(cfg, key)!r}")
+                "eval_interval", "log_interval", "seed"):
+        low = 0 if key == "seed" else 1  # torch takes a negative seed, but the study's runs are seeded 0, 1, ...
+        if not getattr(cfg, key) >= low:
+            raise SystemExit(f"pretrain_ar.py: {key} must be >= {low}, got {getattr(cfg, key)!r}")
     if cfg.n_embd % cfg.n_head or cfg.n_head % cfg.n_kv_head:
         raise SystemExit(f"pretrain_ar.py: n_embd ({cfg.n_embd}) must be a multiple of n_head ({cfg.n_head}), "
                          f"and n_head of n_kv_head ({cfg.n_kv_head})")
@@ -172,6 +173,21 @@ def check(cfg: PretrainConfig) -> None:
         if not os.path.exists(os.path.join(cfg.data_dir, name)):
             raise SystemExit(f"pretrain_ar.py: {cfg.data_dir}/{name} not found; build it with "
                              f"python -m fastdllm.mini_data --out_dir={cfg.data_dir}")
+    check_token_files(cfg)
+
+
+def check_token_files(cfg: PretrainConfig) -> None:
+    """train.bin and heldout.bin are whole uint16 streams, each long enough for one window of seq_len + 1 tokens
+    (the training draws a random start below len - seq_len - 1; the held-out loss averages whole windows)."""
+    for name, least in (("train.bin", cfg.seq_len + 2), ("heldout.bin", cfg.seq_len + 1)):
+        path = os.path.join(cfg.data_dir, name)
+        size = os.path.getsize(path)
+        if size % 2:
+            raise SystemExit(f"pretrain_ar.py: {path} has {size} bytes, not a whole number of uint16 tokens: "
+                             "build it again with python -m fastdllm.mini_data")
+        if size // 2 < least:
+            raise SystemExit(f"pretrain_ar.py: {path} holds {size // 2} tokens, too few for one window at "
+                             f"seq_len={cfg.seq_len} (needs {least}): lower seq_len or give more data")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,15 +1,33 @@
-"""The experiment drivers (scripts/reproduce_cpu.py, compare_adaptation.py, budget_study.py): a bad flag stops
-the driver in one line naming it, before any data is built or run trained (each starts by building data
-that takes minutes, then hands its budget to train_sudoku.py, which refused it only then)."""
+"""The experiment drivers (scripts/reproduce_cpu.py, compare_adaptation.py, budget_study.py) and Table 2 in
+miniature's scripts (python -m fastdllm.mini_data, scripts/pretrain_ar.py, mini_study.py, mini_report.py,
+mini_check.py): a bad flag, or an input a flag names that cannot be used, stops the script in one line naming it,
+before any data is built, run trained or model decoded, and with nothing written (each starts with work that takes
+minutes, and used to meet the bad input only then, or never: a silently wrong run)."""
+import json
 import os
+import re
+import shutil
 
+import numpy as np
 import pytest
 
-from scripts import budget_study, compare_adaptation, mini_study, reproduce_cpu, runs
+from fastdllm import mini_data
+from scripts import (budget_study, compare_adaptation, mini_check, mini_report, mini_study, pretrain_ar, reproduce_cpu,
+                     runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study,
-           "mini_study": mini_study}
+           "mini_study": mini_study, "mini_data": mini_data, "pretrain_ar": pretrain_ar, "mini_report": mini_report,
+           "mini_check": mini_check}
+# where each script's first slow work starts (patched to fail the test), besides runs.sh / ensure_data / train / evaluate
+WORK = {"mini_data": ("build",), "pretrain_ar": ("train",), "mini_check": ("decode",)}
+# folders a case does not name go under tmp_path, so that nothing lands in the repository
+DEFAULTS = {"reproduce_cpu": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
+            "compare_adaptation": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
+            "budget_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
+            "mini_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
+            "mini_data": ["--out_dir=TMP/out"], "pretrain_ar": ["--out_dir=TMP/out", "--data_dir=DATA"]}
+KEPT = os.path.join("sft_s1", "step_200_full_tau_0.85.json")  # one of the study's kept results
 
 CASES = [
     ("reproduce_cpu", ["--minutes=-1"], "--minutes"),
@@ -45,26 +63,117 @@ CASES = [
     ("mini_study", ["--gate_steps=0"], "--gate_steps"),
     ("mini_study", ["--kept=FILE/sub"], "--kept"),
     ("mini_study", ["--out=FILE"], "--out"),
+    ("mini_study", ["--report_only", "--out=CUT"], KEPT),  # a kept JSON cut short
+    ("mini_study", ["--report_only", "--out=NO_NFE"], (KEPT, "nfe")),  # a kept JSON without a field the report reads
+    ("mini_study", ["--out=CUT"], KEPT),  # evaluation skips it: the report would stop on it hours later
+    ("mini_study", ["--gate", "--gate_init=TMP/missing"], "--gate_init"),
+    ("mini_study", ["--gate", "--gate_init=reference/mini/pretrain"], ("--data_dir", "tasks_train.jsonl")),
+    ("mini_study", ["--gate_init=reference/mini/pretrain"], "--gate_init"),  # without --gate: the whole study ran
+    ("mini_study", ["--gate", "--report_only"], "--report_only"),
+    ("mini_study", ["--smoke", "--gate_steps=50"], "--gate_steps"),  # --smoke replaced it silently
+    ("mini_data", ["--out_dir=FILE/sub"], "--out_dir"),
+    ("mini_data", ["--out_dir=FILE"], "--out_dir"),
+    ("mini_data", ["--n_test_each=0"], "--n_test_each"),
+    ("mini_data", ["--seed=-1"], "--seed"),
+    ("mini_data", ["--vocab_size=70000"], "--vocab_size"),  # train.bin's uint16 ids would wrap
+    ("mini_data", ["--out_dir=CUT_BUILD"], "build.json"),
+    ("pretrain_ar", ["--seed=-1"], "seed"),
+    ("pretrain_ar", ["--data_dir=SHORT_TRAIN"], ("train.bin", "seq_len")),
+    ("pretrain_ar", ["--data_dir=SHORT_HELDOUT"], ("heldout.bin", "seq_len")),
+    ("pretrain_ar", ["--data_dir=ODD_TRAIN"], ("train.bin", "uint16")),
+    ("pretrain_ar", ["--data_dir=TMP/missing"], ("train.bin", "fastdllm.mini_data")),
+    ("pretrain_ar", ["--out_dir=FILE/sub"], "out_dir"),
+    ("mini_report", ["CUT"], KEPT),
+    ("mini_report", ["NO_NFE"], (KEPT, "nfe")),
+    ("mini_report", ["CUT_LOG"], ("train_metrics.jsonl", "line 2")),
+    ("mini_report", ["TMP/missing"], "missing"),
+    ("mini_check", ["--results=FILE"], "--results"),
+    ("mini_check", ["--results=CUT"], KEPT),  # read after 2 minutes of decoding
+    ("mini_check", ["--sandbox=none"], "--sandbox"),
+    ("mini_check", ["--n=0"], "--n"),
+    ("mini_check", ["--kept=TMP"], "--kept"),
 ]
 
 
+def token_data(folder, train: int, heldout: int, odd: bool = False) -> None:
+    """A data folder as far as pretrain_ar.py reads it before training: the token files' sizes, the tokenizer's name."""
+    os.makedirs(folder / "tokenizer")
+    np.zeros(train, dtype=np.uint16).tofile(folder / "train.bin")
+    np.zeros(heldout, dtype=np.uint16).tofile(folder / "heldout.bin")
+    if odd:
+        with open(folder / "train.bin", "ab") as f:
+            f.write(b"\0")
+
+
+def kept_results(folder, edit) -> None:
+    """A copy of one of the study's kept JSONs, its text passed through edit; and a training log beside it."""
+    os.makedirs(folder / "sft_s1")
+    text = open(os.path.join(ROOT, "results", "mini_study", KEPT)).read()
+    (folder / KEPT).write_text(edit(text))
+    shutil.copyfile(os.path.join(ROOT, "results", "mini_study", "sft_s1", "train_metrics.jsonl"),
+                    folder / "sft_s1" / "train_metrics.jsonl")
+
+
+def without_nfe(text: str) -> str:
+    record = json.loads(text)
+    del record["nfe"]
+    return json.dumps(record)
+
+
+def cut_log(folder) -> None:
+    kept_results(folder, lambda text: text)
+    log = folder / "sft_s1" / "train_metrics.jsonl"
+    log.write_text(log.read_text().split("\n", 1)[0] + "\n" + '{"step": 10, "loss')
+
+
+# the inputs a case names by placeholder, each built under tmp_path only when used
+INPUTS = {"SHORT_TRAIN": lambda d: token_data(d, 100, 1000), "SHORT_HELDOUT": lambda d: token_data(d, 1000, 100),
+          "ODD_TRAIN": lambda d: token_data(d, 1000, 1000, odd=True), "DATA": lambda d: token_data(d, 1000, 1000),
+          "NO_NFE": lambda d: kept_results(d, without_nfe), "CUT": lambda d: kept_results(d, lambda text: text[:200]),
+          "CUT_LOG": cut_log, "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
+
+
+PLACEHOLDER = re.compile(r"\b(" + "|".join(INPUTS) + r"|FILE|TMP)\b")
+
+
+def with_inputs(arg: str, tmp_path) -> str:
+    """arg with each placeholder replaced by its path under tmp_path (FILE: a file; TMP: tmp_path itself)."""
+    def path(match: re.Match) -> str:
+        name = match.group(1)
+        if name in INPUTS and not (tmp_path / name).exists():
+            INPUTS[name](tmp_path / name)
+        return str(tmp_path / {"FILE": "afile", "TMP": ""}.get(name, name))
+    return PLACEHOLDER.sub(path, arg)
+
+
+def snapshot(root) -> dict[str, bytes | None]:
+    """Every file (its bytes) and folder (None) under root."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        out.update({os.path.join(folder, d): None for d in dirs})
+        out.update({os.path.join(folder, f): open(os.path.join(folder, f), "rb").read() for f in files})
+    return out
+
+
 @pytest.mark.parametrize("driver, argv, flag", CASES, ids=[f"{d}{' '.join(a)}" for d, a, _ in CASES])
-def test_bad_flags_stop_a_driver_before_any_work(driver, argv, flag, tmp_path, monkeypatch, capsys):
-    """Failed on the code before these checks for every case but --objectives=foo and --seeds=abc (checked:
-    the data build started, or the message did not name the flag)."""
-    for name in ("sh", "ensure_data", "train", "evaluate"):
-        if hasattr(runs, name):
-            monkeypatch.setattr(runs, name, lambda *a, **k: pytest.fail(f"{driver} {argv}: work started"))
+def test_bad_flags_stop_a_driver_before_any_work(driver, argv, flag, tmp_path, monkeypatch):
+    """Failed on the code before these checks for every case but --objectives=foo, --seeds=abc, pretrain_ar's
+    missing data and out_dir under a file (checked: the work started, a traceback came, the message did not name
+    the flag or input, or took two lines: argparse's usage and error)."""
+    for module, names in ((runs, ("sh", "ensure_data", "train", "evaluate")), (DRIVERS[driver], WORK.get(driver, ()))):
+        for name in names:
+            monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail(f"{driver} {argv}: work started"))
     monkeypatch.chdir(ROOT)
-    afile = tmp_path / "afile"
-    afile.write_text("keep")
-    argv = [a.replace("FILE", str(afile)) for a in argv]
-    argv += [f"--{k}={tmp_path / k}" for k in ("runs", "data_dir") if not any(a.startswith(f"--{k}=") for a in argv)]
+    (tmp_path / "afile").write_text("keep")
+    given = {a.split("=", 1)[0] for a in argv}
+    argv = [with_inputs(a, tmp_path) for a in argv + [d for d in DEFAULTS.get(driver, []) if d.split("=")[0] not in given]]
+    before = snapshot(tmp_path)
     with pytest.raises(SystemExit) as e:
         DRIVERS[driver].main(argv)
-    message = e.value.code if isinstance(e.value.code, str) else capsys.readouterr().err.strip().splitlines()[-1]
-    assert flag in message and "\n" not in message, message
-    assert os.listdir(tmp_path) == ["afile"] and afile.read_text() == "keep"
+    message = e.value.code  # a string: Python prints it to stderr as it is, and exits with status 1
+    assert isinstance(message, str) and "\n" not in message, message
+    assert all(part in message for part in ((flag,) if isinstance(flag, str) else flag)), message
+    assert snapshot(tmp_path) == before
 
 
 def test_mini_study_reads_its_defaults():

@@ -1,6 +1,9 @@
 """Table 2 in miniature: the task family, the held-out compositions, the tokenizer and the judge on the tasks."""
+import io
 import json
 import random
+import types
+import zipfile
 
 import pytest
 
@@ -30,6 +33,10 @@ def meaning(t: tasks.Task, xs: list[int]):
     return reduce_meaning(t.comp.reducer, [MAP_MEANING[t.comp.map](v, t.km) for v in kept])
 
 
+# what the spec's words give for no elements at all: a sum and a product of nothing, "or 0 if there are none", no list
+EMPTY_ANSWER = {"sum": 0, "product": 1, "max": 0, "min": 0, "list": [], "distinct": 0}
+
+
 def test_every_composition_in_both_styles_computes_what_its_spec_says():
     rng = random.Random(0)
     for comp in tasks.compositions():
@@ -38,6 +45,21 @@ def test_every_composition_in_both_styles_computes_what_its_spec_says():
             for _ in range(6):
                 xs = tasks.draw_list(rng, -20, 30, 0, 9)
                 assert tasks.run(t, xs) == meaning(t, xs), (comp, style, xs, tasks.code(t))
+
+
+def test_every_test_task_is_judged_on_the_empty_list():
+    """The empty list is among the plus inputs of every composition's test task, in both styles, and the task's
+    canonical solution (prompt + canonical_solution, as the judge runs it) returns there what the spec says. Fails
+    with the empty list dropped from tasks.draw_inputs (checked: every row), or with the loop style's max / min
+    returning its accumulator unguarded (checked: None instead of 0)."""
+    rng = random.Random(7)
+    for comp in tasks.compositions():
+        for style in tasks.STYLES:
+            row = tasks.evalplus_row(tasks.draw_task(comp, rng)._replace(style=style), "mini/seen/0", rng, "seen")
+            assert [[]] in row["plus_input"], (comp, row["plus_input"])
+            namespace = {}
+            exec(row["prompt"] + row["canonical_solution"], namespace)
+            assert namespace[row["entry_point"]]([]) == EMPTY_ANSWER[comp.reducer], (comp, style)
 
 
 def test_the_prompt_states_the_spec_and_a_true_example():
@@ -149,3 +171,36 @@ def test_the_judge_scores_hand_made_right_and_wrong_programs(tmp_path):
                                               cache_dir=str(tmp_path))
     assert [(v["base"], v["plus_inputs"]) for v in verdicts] == [(True, True), (True, False), (False, False),
                                                                    (False, False)]
+
+
+def fake_wheel(source: str) -> bytes:
+    """A small wheel: one module, its source given."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("fake_pkg/__init__.py", source)
+    return buffer.getvalue()
+
+
+def test_a_wheel_whose_sha256_differs_from_its_pin_is_refused(tmp_path, monkeypatch):
+    """The corpus builder checks every wheel against its pinned sha256, one pip has just downloaded and one found in
+    the cache alike, and takes the pinned bytes. No network: pip is replaced by a stand-in that writes the wheel.
+    Fails with the digest check removed from mini_corpus.fetch_wheels (checked)."""
+    pinned, other = fake_wheel("X = 1\n"), fake_wheel("X = 2\n")
+    monkeypatch.setattr(mini_corpus, "PACKAGES", (("fake-pkg", "1.0", mini_corpus.sha256_bytes(pinned)),))
+    cache = tmp_path / "wheels"
+    wheel = cache / "fake_pkg-1.0-py3-none-any.whl"
+    asked = []
+
+    def pip_download(cmd, **kwargs):  # what `pip download` does, with other bytes than the pin's
+        asked.append(cmd)
+        wheel.write_bytes(other)
+        return types.SimpleNamespace(returncode=0, stdout="", stderr="")
+    monkeypatch.setattr(mini_corpus, "subprocess", types.SimpleNamespace(run=pip_download))
+    with pytest.raises(ValueError, match=r"fake_pkg-1.0-py3-none-any.whl has sha256 .*, pinned"):
+        mini_corpus.fetch_wheels(str(cache))  # downloaded
+    assert len(asked) == 1 and "fake-pkg==1.0" in asked[0]
+    with pytest.raises(ValueError, match="pinned"):
+        mini_corpus.fetch_wheels(str(cache))  # found in the cache: not downloaded again, still refused
+    assert len(asked) == 1
+    wheel.write_bytes(pinned)
+    assert mini_corpus.fetch_wheels(str(cache)) == [str(wheel)]
