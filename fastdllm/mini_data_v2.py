@@ -123,15 +123,15 @@ def parse_args(argv: list[str] | None, check_corpus: bool = True) -> argparse.Na
     for key, low in (("n_train", 1), ("n_adapt_tasks", 0), ("n_val", 1), ("n_val_rows", 1), ("n_test", 1),
                      ("max_tokens", 64), ("seed", 0)):
         if getattr(args, key) < low:
-            p.error(f"--{key} must be >= {low}, got {getattr(args, key)}")
+            raise SystemExit(f"mini_data_v2: --{key} must be >= {low}, got {getattr(args, key)}")
     if args.n_val_rows > args.n_val:
-        p.error(f"--n_val_rows={args.n_val_rows} must be <= --n_val={args.n_val}")
+        raise SystemExit(f"mini_data_v2: --n_val_rows={args.n_val_rows} must be <= --n_val={args.n_val}")
     for key in ("tokenizer", "wheels") if check_corpus else ():
         if not os.path.isdir(os.path.join(args.corpus_dir, key)):
-            p.error(f"--corpus_dir={args.corpus_dir} has no {key}/: run python -m fastdllm.mini_data first")
+            raise SystemExit(f"mini_data_v2: --corpus_dir={args.corpus_dir} has no {key}/: run python -m fastdllm.mini_data first")
     problem = common.folder_problem(args.out_dir)
     if problem:
-        p.error(f"--out_dir={args.out_dir}: {problem}")
+        raise SystemExit(f"mini_data_v2: --out_dir={args.out_dir} {problem}")
     return args
 
 

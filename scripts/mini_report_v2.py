@@ -11,6 +11,7 @@ The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md
 Also: the same at tau 0.85 in the held-out wording, validation pass@1, the chosen steps, the cost per step and the
 share of clipped steps, and the accuracy-NFE frontier figure.
 """
+import argparse
 import math
 import os
 import sys
@@ -156,8 +157,6 @@ def plot_frontier(results: list[dict], path: str) -> None:
 
 def report(out: str, figures: str | None = None) -> str:
     results = mini_report.load(out)
-    if not results:
-        raise SystemExit(f"no kept results in {out}: run python scripts/mini_study_v2.py first")
     lines = ["# Table 2 in miniature v2: report", "", "Drawn by scripts/mini_report_v2.py from the JSONs in this folder alone.",
              "", f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; each run's step chosen on validation)", "",
              *table(results), "", "## Primary outcome", "", *primary(results), "", "## Secondary outcomes", "",
@@ -172,5 +171,16 @@ def report(out: str, figures: str | None = None) -> str:
     return text
 
 
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("out", nargs="?", default="results/mini_study_v2", help="the folder of kept results")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.out):
+        raise SystemExit(f"mini_report_v2.py: {args.out} is not a folder of kept results (scripts/mini_study_v2.py --out)")
+    if not mini_report.load(args.out):  # every kept JSON read and checked before anything is written
+        raise SystemExit(f"mini_report_v2.py: {args.out} holds no kept results (run/step_*.json)")
+    return report(args.out)
+
+
 if __name__ == "__main__":
-    report(sys.argv[1] if len(sys.argv) > 1 else "results/mini_study_v2")
+    main()

@@ -177,8 +177,6 @@ def prepare(args: argparse.Namespace) -> None:
              *(SMOKE_DATA if args.smoke else [])])
     os.makedirs(os.path.join(args.runs, "eval"), exist_ok=True)
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))
-    if not mini_study.is_complete(args.pretrain):
-        raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: run python scripts/mini_study.py first")
     stage_b(args)
 
 
@@ -254,6 +252,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         runs.check_folder(getattr(args, key), f"--{key}")
         setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
     args.pretrain = os.path.relpath(os.path.abspath(args.pretrain), runs.ROOT)
+    if not args.report_only and not mini_study.is_complete(os.path.join(runs.ROOT, args.pretrain)):
+        raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: run python scripts/mini_study.py first")
+    mini_report.load(os.path.join(runs.ROOT, args.out))  # every kept result checked now, not after hours of work
     return args
 
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     os.chdir(runs.ROOT)
     if not args.report_only:
         run_all(args)
-    mini_report_v2.report(args.out)
+    mini_report_v2.main([args.out])
 
 
 if __name__ == "__main__":

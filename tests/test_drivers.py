@@ -11,22 +11,26 @@ import shutil
 import numpy as np
 import pytest
 
-from fastdllm import mini_data
-from scripts import (budget_study, compare_adaptation, mini_check, mini_report, mini_study, pretrain_ar, reproduce_cpu,
-                     runs)
+from fastdllm import mini_data, mini_data_v2
+from scripts import (budget_study, compare_adaptation, mini_check, mini_report, mini_report_v2, mini_study,
+                     mini_study_v2, pretrain_ar, reproduce_cpu, runs)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study,
            "mini_study": mini_study, "mini_data": mini_data, "pretrain_ar": pretrain_ar, "mini_report": mini_report,
-           "mini_check": mini_check}
+           "mini_check": mini_check, "mini_study_v2": mini_study_v2, "mini_report_v2": mini_report_v2,
+           "mini_data_v2": mini_data_v2}
 # where each script's first slow work starts (patched to fail the test), besides runs.sh / ensure_data / train / evaluate
-WORK = {"mini_data": ("build",), "pretrain_ar": ("train",), "mini_check": ("decode",)}
+WORK = {"mini_data": ("build",), "pretrain_ar": ("train",), "mini_check": ("decode",), "mini_data_v2": ("build",),
+        "mini_study_v2": ("run_all",), "mini_report_v2": ("report",)}
 # folders a case does not name go under tmp_path, so that nothing lands in the repository
 DEFAULTS = {"reproduce_cpu": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "compare_adaptation": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "budget_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "mini_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
-            "mini_data": ["--out_dir=TMP/out"], "pretrain_ar": ["--out_dir=TMP/out", "--data_dir=DATA"]}
+            "mini_data": ["--out_dir=TMP/out"], "pretrain_ar": ["--out_dir=TMP/out", "--data_dir=DATA"],
+            "mini_study_v2": ["--runs=TMP/runs", "--data_dir=TMP/data_dir", "--kept=TMP/kept", "--out=TMP/out"],
+            "mini_data_v2": ["--out_dir=TMP/out", "--corpus_dir=CORPUS"]}
 KEPT = os.path.join("sft_s1", "step_200_full_tau_0.85.json")  # one of the study's kept results
 
 CASES = [
@@ -92,6 +96,25 @@ CASES = [
     ("mini_check", ["--sandbox=none"], "--sandbox"),
     ("mini_check", ["--n=0"], "--n"),
     ("mini_check", ["--kept=TMP"], "--kept"),
+    ("mini_study_v2", ["--seeds=abc"], "--seeds"),
+    ("mini_study_v2", ["--seeds=2,3"], "--seeds"),  # seed 1 is the pilot's
+    ("mini_study_v2", ["--lrs=fast"], "--lrs"),
+    ("mini_study_v2", ["--lrs=0"], "--lrs"),
+    ("mini_study_v2", ["--extra=sft"], "--extra"),
+    ("mini_study_v2", ["--lanes=0"], "--lanes"),
+    ("mini_study_v2", ["--device=tpu"], "--device"),
+    ("mini_study_v2", ["--kept=FILE/sub"], "--kept"),
+    ("mini_study_v2", ["--pretrain=TMP/missing"], "--pretrain"),
+    ("mini_study_v2", ["--out=CUT"], KEPT),
+    ("mini_study_v2", ["--report_only", "--out=NO_NFE"], (KEPT, "nfe")),
+    ("mini_study_v2", ["--report_only", "--out=TMP/missing"], "missing"),
+    ("mini_report_v2", ["TMP/missing"], "missing"),
+    ("mini_report_v2", ["TMP"], "no kept results"),
+    ("mini_report_v2", ["CUT"], KEPT),
+    ("mini_data_v2", ["--out_dir=FILE/sub"], "--out_dir"),
+    ("mini_data_v2", ["--n_val=10", "--n_val_rows=20"], "--n_val_rows"),
+    ("mini_data_v2", ["--n_test=0"], "--n_test"),
+    ("mini_data_v2", ["--corpus_dir=TMP/missing"], ("--corpus_dir", "fastdllm.mini_data")),
 ]
 
 
@@ -130,7 +153,7 @@ def cut_log(folder) -> None:
 INPUTS = {"SHORT_TRAIN": lambda d: token_data(d, 100, 1000), "SHORT_HELDOUT": lambda d: token_data(d, 1000, 100),
           "ODD_TRAIN": lambda d: token_data(d, 1000, 1000, odd=True), "DATA": lambda d: token_data(d, 1000, 1000),
           "NO_NFE": lambda d: kept_results(d, without_nfe), "CUT": lambda d: kept_results(d, lambda text: text[:200]),
-          "CUT_LOG": cut_log, "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
+          "CUT_LOG": cut_log, "CORPUS": lambda d: (os.makedirs(d / "tokenizer"), os.makedirs(d / "wheels")), "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
 
 
 PLACEHOLDER = re.compile(r"\b(" + "|".join(INPUTS) + r"|FILE|TMP)\b")
