@@ -142,3 +142,14 @@ def test_a_damaged_kept_manifest_is_a_one_line_failure(tmp_path, monkeypatch):
         mini_study.run_all(study_args(tmp_path))
     assert "\n" not in str(e.value) and finished == ["sft_s1"]
 
+
+@pytest.mark.parametrize("folder", ["missing", "empty"])
+def test_report_only_without_results_fails(tmp_path, folder, capsys):
+    """--report_only on a folder that does not exist, or holds no result: exit non-zero, one line naming it.
+    Bug checked: mini_report.report printing 'no kept results' and the study exiting 0."""
+    out = tmp_path / "results"
+    if folder == "empty":
+        out.mkdir()
+    with pytest.raises(SystemExit, match="no kept results in .*/results: run the study first") as e:
+        mini_study.main(["--report_only", f"--out={out}"])
+    assert "\n" not in str(e.value)
