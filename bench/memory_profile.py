@@ -42,6 +42,7 @@ from train_fastdllm import make_step_fn, sft_loss
 @dataclass
 class Config:
     init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
+    allow_unverified: bool = False  # load a checkpoint dir without manifest.json (else refused): its files go unchecked
     regimes: str = "sft,relay"  # comma-separated objectives to profile (sft, rollout, relay_sg, relay)
     seq_len: int = 2048
     batch_size: int = 2
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
                 with torch.device(device):  # initialise on the GPU: 1.5B random weights on CPU take minutes
                     model = make_tiny_fastdllm(use_relay=relay, seed=cfg.seed, **FAST_DLLM_V2_1_5B).to(dtype)
             else:
-                model, _ = load_fastdllm(cfg.init_from, use_relay=relay, dtype=dtype)
+                model, _ = load_fastdllm(cfg.init_from, use_relay=relay, dtype=dtype,
+                                         allow_unverified=cfg.allow_unverified)
         except ValueError as e:
             raise SystemExit(f"memory_profile.py: {e}")
         if cfg.seq_len % model.config.bd_size:

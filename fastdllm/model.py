@@ -49,6 +49,7 @@ TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "
 # model.safetensors' metadata entry that says the directory's manifest.json lists its sha256: save_fastdllm writes
 # both, so a directory with the entry and no manifest has lost it (transformers writes only {"format": "pt"})
 SHA256_IN = ("sha256_in", "manifest.json")
+ALLOW_UNVERIFIED = "--allow_unverified=True"  # every loader's way out of a refused missing manifest
 
 # LMFlow's `fast_dllm_v2` conversation template (Qwen2.5 ChatML with the short default system
 # prompt). The {% generation %} span marks what is supervised: the assistant content plus
@@ -287,7 +288,8 @@ def resolve_checkpoint(name_or_path: str) -> str:
         return snapshot_download(name_or_path, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja", "*.py"])
     except Exception as e:
         raise ValueError(f"cannot fetch '{name_or_path}' from the Hugging Face hub ({type(e).__name__}); "
-                         f"download it where there is internet (hf download {name_or_path} --local-dir DIR) and pass DIR") from None
+                         f"download it where there is internet (hf download {name_or_path} --local-dir DIR) and pass DIR "
+                         f"with {ALLOW_UNVERIFIED} (a download has no manifest.json of ours)") from None
 
 
 def _first_line(e: BaseException) -> str:
@@ -312,12 +314,14 @@ def _marked(weight_file: str) -> bool:
         return False
 
 
-def check_files(ckpt_dir: str, downloaded: bool) -> str:
+def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False) -> str:
     """Checkpoints this repository writes (save_fastdllm) carry manifest.json, the sha256 of every file and of
-    itself, verified here: ValueError with one line naming the file on any difference, a missing manifest
-    included when model.safetensors says one was written (SHA256_IN). A hub download without a manifest
-    (the hub client checks its transfer) and a local directory without the mark (another tool wrote it, or
-    we did before the mark) load unverified, with a warning. Returns what was checked, for the run's records."""
+    itself, verified here: ValueError with one line naming the file on any difference. A local directory without
+    a manifest is refused too, whether or not model.safetensors says one was written (SHA256_IN): one damaged byte
+    of that mark, or another tool, gives a directory no file of which can be verified. allow_unverified loads it
+    anyway, with a warning; it never lets a manifest that disagrees with its files through. A hub download without
+    a manifest (the hub client checks its transfer) loads with a warning. Returns what was checked, for the run's
+    records."""
     import common  # the manifest rules shared with the resume state
     way_out = f"restore {ckpt_dir} from a copy, or train it again"
     manifest = common.read_manifest(ckpt_dir, fields=("files",), way_out=way_out)
@@ -326,18 +330,30 @@ def check_files(ckpt_dir: str, downloaded: bool) -> str:
         return f"verified: the sha256 of every file, in {common.MANIFEST}"
     if not os.path.isfile(os.path.join(ckpt_dir, "config.json")):
         raise ValueError(f"{ckpt_dir} is not a Fast-dLLM checkpoint directory (no config.json)")
+    if downloaded:
+        how = "a hub download (the hub client checks its transfer; no manifest of ours)"
+        print(f"warning: {ckpt_dir}: its files are not verified ({how})", file=sys.stderr)
+        return f"not verified: {how}"
+    missing = os.path.join(ckpt_dir, common.MANIFEST)
+    why = _why_no_manifest(ckpt_dir)
+    if not allow_unverified:
+        raise ValueError(f"{missing} is missing ({why}), so no file of {ckpt_dir} can be verified; {way_out}, or load "
+                         f"it unverified with {ALLOW_UNVERIFIED}")
+    print(f"WARNING: {missing} is missing ({why}): loading {ckpt_dir} UNVERIFIED because of {ALLOW_UNVERIFIED}; "
+          "a damaged or changed file goes unnoticed", file=sys.stderr)
+    return f"not verified: no {common.MANIFEST} ({why}), loaded with {ALLOW_UNVERIFIED}"
+
+
+def _why_no_manifest(ckpt_dir: str) -> str:
+    """What the directory says about its missing manifest: our mark means it was written with one."""
     try:
-        marked = [] if downloaded else [f for f in _weight_files(ckpt_dir) if _marked(f)]
+        marked = [f for f in _weight_files(ckpt_dir) if _marked(f)]
     except (OSError, ValueError, TypeError, KeyError):  # no weights or a broken index: the loader says so
         marked = []
     if marked:
-        raise ValueError(f"{ckpt_dir} has no {common.MANIFEST}, but its {os.path.basename(marked[0])} was written with "
-                         "one (by fastdllm.model.save_fastdllm): the manifest was deleted or lost, so no file can be "
-                         f"verified; {way_out}")
-    how = ("a hub download (the hub client checks its transfer; no manifest of ours)" if downloaded else
-           f"no {common.MANIFEST}: written by another tool, or before manifests")
-    print(f"warning: {ckpt_dir}: its files are not verified ({how})", file=sys.stderr)
-    return f"not verified: {how}"
+        return (f"its {os.path.basename(marked[0])} was written with one by fastdllm.model.save_fastdllm: it was "
+                "deleted or lost")
+    return "written by another tool, or before manifests, or its mark is damaged"
 
 
 # from_pretrained builds the model under a process-wide meta-device context: a module built meanwhile in another
@@ -346,14 +362,16 @@ _FROM_PRETRAINED = threading.Lock()
 
 
 def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch.dtype = torch.bfloat16,
-                  device: str = "cpu") -> tuple[FastDLLM, PreTrainedTokenizerFast]:
+                  device: str = "cpu", allow_unverified: bool = False) -> tuple[FastDLLM, PreTrainedTokenizerFast]:
     """Load a Fast-dLLM v2 checkpoint (local dir or hub id), with its tokenizer.
 
     use_relay=None follows the checkpoint; True on a checkpoint without relay weights attaches a
     fresh zero-initialised relay LayerNorm (the start of a Relay run); False drops them. The files are
-    checked first (check_files); model.files_check says how, for the records of the run that loads it."""
+    checked first (check_files: a local directory without manifest.json is refused unless allow_unverified);
+    model.files_check says how, for the records of the run that loads it."""
     ckpt_dir = resolve_checkpoint(name_or_path)
-    files_check = check_files(ckpt_dir, downloaded=not os.path.isdir(name_or_path) or in_hub_cache(ckpt_dir))
+    files_check = check_files(ckpt_dir, downloaded=not os.path.isdir(name_or_path) or in_hub_cache(ckpt_dir),
+                              allow_unverified=allow_unverified)
     try:
         config = _config_from_json(os.path.join(ckpt_dir, "config.json"))
         files = _weight_files(ckpt_dir)

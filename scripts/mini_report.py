@@ -363,9 +363,9 @@ def plot_frontier(found: dict, path: str) -> None:
 
 def report(out: str, figures: str | None = None) -> str:
     results = load(out)
-    if not results:
-        print(f"no kept results in {out}")
-        return ""
+    if not results:  # a report of nothing would pass for a study with no outcome
+        raise SystemExit(f"no kept results in {out}: run the study first (scripts/mini_study.py), or give the "
+                         "folder that holds them (--out)")
     print_gate(out)
     found = curves(results, "full")
     lines = ["# Table 2 in miniature: report", "", "Drawn by scripts/mini_report.py from the JSONs in this folder alone.", "",

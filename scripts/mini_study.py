@@ -31,6 +31,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402
 from scripts import mini_report, runs  # noqa: E402
 
 PY = sys.executable
@@ -69,8 +70,15 @@ def is_complete(ckpt_dir: str) -> bool:
 
 
 def manifest_step(ckpt_dir: str) -> int:
-    with open(os.path.join(ckpt_dir, "manifest.json")) as f:
-        return json.load(f).get("step", 0)
+    """The step in ckpt_dir's manifest, read by the verifying reader: a damaged manifest stops in one line."""
+    try:
+        manifest = common.read_manifest(ckpt_dir, fields=("files", "step"),
+                                        way_out="restore it from a copy (reference/mini/: git checkout), or train it again")
+    except common.CheckpointError as e:
+        raise SystemExit(str(e)) from None
+    if manifest is None:
+        raise SystemExit(f"{os.path.join(ckpt_dir, common.MANIFEST)} is missing: the directory is not complete")
+    return manifest["step"]
 
 
 def keep(src: str, dst: str) -> None:
@@ -78,7 +86,6 @@ def keep(src: str, dst: str) -> None:
     and swapped in: what the next stage starts from, and what the repository keeps. Skipped when dst already
     holds src's step (a resumed study)."""
     import torch
-    import common
     from fastdllm.model import load_fastdllm, save_fastdllm
     step = manifest_step(src)
     if is_complete(dst) and manifest_step(dst) == step:
@@ -181,41 +188,48 @@ def test_file(args: argparse.Namespace, per_split: int) -> str:
     return path
 
 
+def fine_tune_and_evaluate(objective: str, seed: int, args: argparse.Namespace, say) -> None:
+    """Train one fine-tune, evaluate its kept steps, and keep the first seed's SFT and Relay."""
+    name = run_name(objective, seed)
+    out = os.path.join(args.runs, name)
+    say(f"fine-tuning (log: {args.runs}/{name}.log)")
+    finetune(f"config/fastdllm_mini_{objective}.py", out,
+             [f"--seed={seed}", f"--init_from={os.path.join(args.kept, 'adapt')}",
+              f"--data={args.data_dir}/tasks_train.jsonl", *args.finetune_args],
+             1, os.path.join(args.runs, f"{name}.log"), echo=False)
+    keep_log(out, name, args)
+    steps = kept_steps(out)
+    say(f"trained; evaluating steps {steps}")
+    for step in steps:
+        evaluate(os.path.join(out, f"ckpt-{step}"), name, step, CARRY[objective], args.light, "light", args)
+    evaluate(os.path.join(out, f"ckpt-{steps[-1]}"), name, steps[-1], CARRY[objective], args.full, "full", args)
+    if seed == args.seeds[0] and objective in ("sft", "relay"):
+        keep(os.path.join(out, f"ckpt-{steps[-1]}"), os.path.join(args.kept, name))
+    say(f"evaluated; results in {args.out}/{name}")
+
+
 def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: list) -> None:
-    """Take jobs from the queue until it is empty: evaluate the base model, or train one fine-tune and then
-    evaluate its kept steps."""
+    """Take jobs from the queue until it is empty or a lane has failed: evaluate the base model, or train one
+    fine-tune and then evaluate its kept steps. Any failure is recorded in failures as one line naming the run, so
+    that run_all stops the study with it; what finished before stays kept."""
     while not failures:
         try:
             objective, seed = todo.get_nowait()
         except queue.Empty:
             return
-        if objective == "base":
-            try:
-                evaluate(os.path.join(args.kept, "adapt"), "base", 0, False, args.full, "full", args)
-            except SystemExit as e:
-                failures.append(f"base: {e}")
-            continue
-        name = run_name(objective, seed)
-        out = os.path.join(args.runs, name)
+        name = "base" if objective == "base" else run_name(objective, seed)
         say = lambda text: print(f"[lane {number}] {time.strftime('%H:%M')} {name}: {text}", flush=True)  # noqa: E731
         try:
-            say(f"fine-tuning (log: {args.runs}/{name}.log)")
-            finetune(f"config/fastdllm_mini_{objective}.py", out,
-                     [f"--seed={seed}", f"--init_from={os.path.join(args.kept, 'adapt')}",
-                      f"--data={args.data_dir}/tasks_train.jsonl", *args.finetune_args],
-                     1, os.path.join(args.runs, f"{name}.log"), echo=False)
-            keep_log(out, name, args)
-            steps = kept_steps(out)
-            say(f"trained; evaluating steps {steps}")
-            for step in steps:
-                evaluate(os.path.join(out, f"ckpt-{step}"), name, step, CARRY[objective], args.light, "light", args)
-            evaluate(os.path.join(out, f"ckpt-{steps[-1]}"), name, steps[-1], CARRY[objective], args.full, "full", args)
-            if seed == args.seeds[0] and objective in ("sft", "relay"):
-                keep(os.path.join(out, f"ckpt-{steps[-1]}"), os.path.join(args.kept, name))
-            say(f"evaluated; results in {args.out}/{name}")
-        except SystemExit as e:  # a failed command: the other lanes stop taking new runs
-            failures.append(f"{name}: {e}")
-            say(f"FAILED: {e}")
+            if objective == "base":
+                evaluate(os.path.join(args.kept, "adapt"), "base", 0, False, args.full, "full", args)
+            else:
+                fine_tune_and_evaluate(objective, seed, args, say)
+        # BaseException: anything a job raises (a failed command's SystemExit, a bug's exception, safetensors'
+        # panics) would otherwise end this thread alone and the study would exit 0 without the lane's later runs;
+        # KeyboardInterrupt reaches the main thread only, so nothing here swallows Ctrl-C
+        except BaseException as e:  # noqa: BLE001
+            failures.append(f"{name}: {runs.one_line(e)}")
+            say(f"FAILED: {runs.one_line(e)}")
 
 
 def prepare(args: argparse.Namespace) -> None:

@@ -44,6 +44,14 @@ def sh(cmd: list[str], log: str | None = None, echo: bool = True) -> None:
                          + (f" (full output in {log})" if log else ""))
 
 
+def one_line(e: BaseException) -> str:
+    """A job's failure as one line: a failed command's SystemExit as it is, any other exception with its type."""
+    text = str(e).strip()
+    if isinstance(e, SystemExit):
+        return text
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
 def budget_args(minutes: float | None, iters: int | None) -> list[str]:
     """Overrides for a training budget: wall-clock minutes (train_sudoku's max_minutes) or steps."""
     if (minutes is None) == (iters is None):

@@ -78,7 +78,8 @@ def evaluate(run_dir: str, objective: str, step: int, protocol: str, args: argpa
 
 
 def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: list) -> None:
-    """Take runs from the queue until it is empty: train one, then evaluate its kept weights."""
+    """Take runs from the queue until it is empty or a lane has failed: train one, then evaluate its kept weights.
+    Any failure is recorded in failures as one line naming the run, so that run_all stops the study with it."""
     while not failures:
         try:
             objective, seed = todo.get_nowait()
@@ -100,9 +101,12 @@ def lane(number: int, todo: "queue.Queue", args: argparse.Namespace, failures: l
             if last in steps:
                 evaluate(run_dir, objective, last, "full", args)
             say(f"evaluated {len(steps)} kept steps; results in {args.out}/{name}")
-        except SystemExit as e:  # a failed command: the others stop taking new runs
-            failures.append(f"{name}: {e}")
-            say(f"FAILED: {e}")
+        # BaseException: anything a run raises (a failed command's SystemExit, a bug's exception) would otherwise
+        # end this thread alone and the study would exit 0 without the lane's later runs; KeyboardInterrupt
+        # reaches the main thread only, so nothing here swallows Ctrl-C
+        except BaseException as e:  # noqa: BLE001
+            failures.append(f"{name}: {runs.one_line(e)}")
+            say(f"FAILED: {runs.one_line(e)}")
 
 
 def run_all(args: argparse.Namespace) -> None:

@@ -183,7 +183,8 @@ def test_loads_released_key_layout(tmp_path, device):
                auto_map={"AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM"})
     json.dump(cfg, open(tmp_path / "config.json", "w"))
     make_tiny_tokenizer().save_pretrained(str(tmp_path))
-    model, _ = load_fastdllm(str(tmp_path), dtype=torch.float32, device=str(device))
+    # the authors' layout has no manifest.json of ours: it loads only unverified, on request
+    model, _ = load_fastdllm(str(tmp_path), dtype=torch.float32, device=str(device), allow_unverified=True)
     assert model.config.use_relay and model.config.relay_layer == -1
     src.to(device)
     x = _rand_ids(src, 2, 16, 6)

@@ -1,13 +1,16 @@
 """A file this repository wrote is never loaded unverified (docs/reliability.md, "Checksums"): its digest
 cannot be switched off by damaging the file. A Sudoku .safetensors whose `sha256` entry was renamed, a
 Fast-dLLM ckpt-N/ or resume/ whose manifest.json was deleted, each with a weight byte flipped as well, is
-refused in one line by every loader; a directory in the hub's layout without our files still loads, and
-the run says and records that it was not verified. Each test names the bug it was seen failing on."""
+refused in one line by every loader; so is any local Fast-dLLM directory without a manifest (its mark damaged,
+or another tool's), which loads only with --allow_unverified=True, and the run then says and records that
+it was not verified. Each test names the bug it was seen failing on."""
 import contextlib
 import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -21,7 +24,8 @@ import sample
 import train_fastdllm as T
 import train_sudoku as ts
 from configurator import load_config
-from fastdllm.model import load_fastdllm, make_tiny_tokenizer, MASK_TOKEN, TINY_CONFIG
+import fastdllm.chat
+from fastdllm.model import SHA256_IN, load_fastdllm, make_tiny_tokenizer, MASK_TOKEN, TINY_CONFIG
 from helpers import TINY, TRAIN, VAL, corrupt_tensor_byte, snapshot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,7 +107,8 @@ def test_a_deleted_manifest_with_a_flipped_weight_is_refused_by_every_fastdllm_l
     (ckpt / "manifest.json").unlink()
     flip_weight_byte(ckpt / "model.safetensors")
     monkeypatch.chdir(ROOT)
-    message = f"{ckpt} has no manifest.json, but its model.safetensors was written with one"
+    message = (f"{ckpt}/manifest.json is missing \\(its model.safetensors was written with one by "
+               "fastdllm.model.save_fastdllm: it was deleted or lost\\)")
     for load in (lambda: load_fastdllm(str(ckpt), dtype=torch.float32),
                  lambda: eval_code.main([f"--model={ckpt}", "--limit=1", "--device=cpu", SANDBOX,
                                          f"--out_dir={tmp_path / 'eval'}"]),
@@ -114,6 +119,91 @@ def test_a_deleted_manifest_with_a_flipped_weight_is_refused_by_every_fastdllm_l
                 load()
         assert "\n" not in str(e.value)
     assert sorted(os.listdir(tmp_path)) == ["ckpt-1"]
+
+
+def damage_mark(weights, part: str) -> None:
+    """One byte of model.safetensors' SHA256_IN metadata entry changed, its key or its value (the header is JSON)."""
+    raw = open(weights, "rb").read()
+    key, value = (f'"{text}"'.encode() for text in SHA256_IN)
+    old = key if part == "key" else value
+    assert raw.count(old) == 1
+    open(weights, "wb").write(raw.replace(old, old[:-2] + bytes([old[-2] ^ 0x20]) + old[-1:]))
+
+
+def unverifiable_copy(run, path, part: str = "key"):
+    """ckpt-1/ of a tiny run without manifest.json, its mark damaged (part: "key" or "value") and a weight flipped."""
+    shutil.copytree(run / "ckpt-1", path)
+    (path / "manifest.json").unlink()
+    damage_mark(path / "model.safetensors", part)
+    flip_weight_byte(path / "model.safetensors")
+    assert any(not torch.equal(load_file(run / "ckpt-1" / "model.safetensors")[k], v)
+               for k, v in load_file(path / "model.safetensors").items())
+    return path
+
+
+def fastdllm_loaders(ckpt, out, *flags: str) -> dict:
+    """Every command that loads a Fast-dLLM checkpoint directory, in this process, on ckpt, writing under out."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import memory_profile
+    return {"load_fastdllm": lambda: load_fastdllm(str(ckpt), dtype=torch.float32,
+                                                   allow_unverified="--allow_unverified=True" in flags),
+            "chat": lambda: fastdllm.chat.main([f"--model={ckpt}", "--max_new_tokens=8", "--device=cpu",
+                                                "--dtype=float32", *flags]),
+            "memory_profile": lambda: memory_profile.main([f"--init_from={ckpt}", "--regimes=sft", "--seq_len=16",
+                                                           "--dtype=float32", "--device=cpu", f"--out={out}/mp", *flags]),
+            "eval_code": lambda: eval_code.main([f"--model={ckpt}", "--limit=1", "--max_new_tokens=32", "--batch_size=1",
+                                                 "--device=cpu", "--dtype=float32", SANDBOX, f"--out_dir={out}/eval",
+                                                 *flags]),
+            "train_fastdllm": lambda: T.main(FASTDLLM_TINY + [f"--out_dir={out}/child", f"--init_from={ckpt}",
+                                                              "--max_iters=1", "--save_interval=1", *flags])}
+
+
+def test_a_local_directory_without_a_manifest_is_refused_by_every_fastdllm_loader(fastdllm_run, tmp_path, monkeypatch):
+    """ckpt-1/ without manifest.json, one byte of its SHA256_IN mark changed (key, or value) and one weight byte
+    flipped: eval_code.py --model and train_fastdllm.py --init_from (real command lines: exit 1, one line on stderr,
+    no traceback), load_fastdllm, fastdllm.chat and bench/memory_profile.py refuse it naming its manifest.json and
+    --allow_unverified=True, and write nothing. Bug checked: check_files warning on a directory without the mark
+    and loading it (the old rule: eval_code.py decoded with the flipped weight and exited 0)."""
+    ckpt = unverifiable_copy(fastdllm_run, tmp_path / "ckpt-1")
+    out = tmp_path
+    message = f"{ckpt}/manifest.json is missing"
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    for cmd in (["eval_code.py", f"--model={ckpt}", "--limit=1", "--device=cpu", SANDBOX, f"--out_dir={out}/eval"],
+                ["train_fastdllm.py", *FASTDLLM_TINY, f"--out_dir={out}/child", f"--init_from={ckpt}", "--max_iters=1"]):
+        proc = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True, env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and message in lines[0], (cmd, proc.stderr)
+        assert "--allow_unverified=True" in lines[0]
+    monkeypatch.chdir(ROOT)
+    for name, load in fastdllm_loaders(ckpt, out).items():
+        if name not in ("eval_code", "train_fastdllm"):
+            with pytest.raises((ValueError, SystemExit), match=message) as e:
+                load()
+            assert "\n" not in str(e.value) and "--allow_unverified=True" in str(e.value), name
+    value_damaged = unverifiable_copy(fastdllm_run, tmp_path / "value", part="value")
+    with pytest.raises(ValueError, match=f"{value_damaged}/manifest.json is missing"):
+        load_fastdllm(str(value_damaged), dtype=torch.float32)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-1", "value"]
+
+
+def test_allow_unverified_loads_a_directory_without_a_manifest_with_a_warning(fastdllm_run, tmp_path, monkeypatch,
+                                                                               capfd):
+    """The same directory with --allow_unverified=True: every loader loads it (the flipped weight with it), each
+    with a WARNING line naming its manifest.json, and the runs record it unverified (train_fastdllm.py: parent.files
+    in resume/manifest.json; eval_code.py: model_files in results.json). Bug checked: the flag read by no loader."""
+    ckpt = unverifiable_copy(fastdllm_run, tmp_path / "ckpt-1")
+    out = tmp_path
+    monkeypatch.chdir(ROOT)
+    for name, load in fastdllm_loaders(ckpt, out, "--allow_unverified=True").items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            load()
+        err = capfd.readouterr().err
+        assert f"WARNING: {ckpt}/manifest.json is missing" in err and "UNVERIFIED" in err, (name, err)
+    model, _ = load_fastdllm(str(ckpt), dtype=torch.float32, allow_unverified=True)
+    assert all(torch.equal(v.float(), model.state_dict()[k]) for k, v in load_file(ckpt / "model.safetensors").items())
+    parent = json.loads((out / "child" / "resume" / "manifest.json").read_text())["config"]["parent"]
+    assert parent["files"].startswith("not verified") and "allow_unverified" in parent["files"]
+    assert json.loads((out / "eval" / "results.json").read_text())["model_files"].startswith("not verified")
 
 
 def test_a_deleted_resume_manifest_with_a_flipped_byte_is_refused(fastdllm_run, tmp_path, monkeypatch):
@@ -155,26 +245,25 @@ def hub_layout_dir(path) -> None:
     return lm
 
 
-def test_a_hub_layout_directory_loads_and_the_run_records_it_unverified(tmp_path, monkeypatch, capsys):
-    """A directory written by transformers' save_pretrained (as `hf download` leaves one) has no manifest and no
-    mark of ours: load_fastdllm loads it with a warning, train_fastdllm.py --init_from records in its
-    resume/manifest.json that the parent's files were not verified, and eval_code.py in results.json; a
-    checkpoint of ours is recorded verified. Bugs checked: check_files refusing every directory without a
-    manifest; the record left out of eval_code.py's results.json."""
+def test_a_hub_layout_directory_loads_only_when_allowed_and_the_run_records_it(fastdllm_run, tmp_path, monkeypatch,
+                                                                              capsys):
+    """A directory written by transformers' save_pretrained (as `hf download --local-dir` leaves one) has no
+    manifest and no mark of ours: load_fastdllm refuses it in one line naming --allow_unverified=True, and with it
+    loads the same weights with a warning; eval_code.py records in results.json that its files were not verified,
+    and that a checkpoint of ours was. Bugs checked: check_files loading an unmarked local directory with only a
+    warning; the record left out of eval_code.py's results.json."""
     hub = tmp_path / "hub"
     lm = hub_layout_dir(hub)
     assert not (hub / "manifest.json").exists()
-    model, _ = load_fastdllm(str(hub), dtype=torch.float32)
+    with pytest.raises(ValueError, match=f"{hub}/manifest.json is missing .*--allow_unverified=True$"):
+        load_fastdllm(str(hub), dtype=torch.float32)
+    model, _ = load_fastdllm(str(hub), dtype=torch.float32, allow_unverified=True)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in lm.state_dict().items())
-    assert model.files_check.startswith("not verified") and "its files are not verified" in capsys.readouterr().err
+    assert model.files_check.startswith("not verified") and "UNVERIFIED" in capsys.readouterr().err
     monkeypatch.chdir(ROOT)
-    T.main(FASTDLLM_TINY[:2] + [f"--out_dir={tmp_path / 'child'}", f"--init_from={hub}", "--bd_size=32",
-                                "--max_iters=1", "--save_interval=1", "--objective=sft", "--pad_to=32"])
-    parent = json.loads((tmp_path / "child" / "resume" / "manifest.json").read_text())["config"]["parent"]
-    assert parent["init_from"] == str(hub) and parent["files"].startswith("not verified: no manifest.json")
-    for model_dir, verified in ((hub, False), (tmp_path / "child" / "ckpt-1", True)):
+    for model_dir, verified in ((hub, False), (fastdllm_run / "ckpt-1", True)):
         out = tmp_path / f"eval_{verified}"
         eval_code.main([f"--model={model_dir}", "--limit=1", "--max_new_tokens=32", "--batch_size=1", "--device=cpu",
-                        "--dtype=float32", SANDBOX, f"--out_dir={out}"])
+                        "--dtype=float32", "--allow_unverified=True", SANDBOX, f"--out_dir={out}"])
         recorded = json.loads((out / "results.json").read_text())["model_files"]
         assert recorded.startswith("verified" if verified else "not verified"), recorded

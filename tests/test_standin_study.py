@@ -260,6 +260,25 @@ def test_a_seed_extended_past_the_budget_is_evaluated_not_retrained(tmp_path, mo
     assert len(failures) == 1 and failures[0].startswith("relay_s2:") and "(--learning_rate: 3e-4 -> None; --max_iters: 12000 -> 6000)" in failures[0]
 
 
+
+def test_an_exception_in_a_lane_stops_it_in_one_line_naming_the_run(tmp_path, monkeypatch):
+    """An evaluation raising something other than SystemExit (here a RuntimeError) is recorded as the lane's failure,
+    one line naming the run, and the lane takes no further run. Bug checked: lane() catching only SystemExit (the
+    exception ended the thread alone, and the study exited 0 without the lane's later runs)."""
+    import queue
+    trained = []
+    monkeypatch.setattr(S.runs, "train", lambda objective, run_dir, *a, **k: trained.append(os.path.basename(run_dir)))
+    monkeypatch.setattr(S, "kept_steps", lambda run_dir: [100])
+
+    def evaluate(*a) -> None:
+        raise RuntimeError("the results folder went away\nsecond line")
+    monkeypatch.setattr(S, "evaluate", evaluate)
+    todo, failures = queue.Queue(), []
+    for item in [("mlm", 1), ("relay", 1)]:
+        todo.put(item)
+    S.lane(1, todo, S.parse_args([f"--runs={tmp_path}"]), failures)
+    assert failures == ["mlm_s1: RuntimeError: the results folder went away"] and trained == ["mlm_s1"]
+
 def test_kept_steps_lists_only_kept_weight_files(tmp_path):
     (tmp_path / "kept").mkdir()
     for name in ("step_2000.safetensors", "step_400.safetensors", "step_9.safetensors.tmp", "notes.txt"):
