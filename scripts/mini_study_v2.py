@@ -155,11 +155,10 @@ def run_lanes(jobs: list[tuple[str, object]], lanes: int) -> None:
             try:
                 job(say)
             except BaseException as e:  # noqa: BLE001 - a lane must never die quietly
-                cause = str(e) or type(e).__name__
-                failures.append(f"{name}: {cause}")
-                say(f"FAILED: {cause}")
+                failures.append(f"{name}: {runs.one_line(e)}")
+                say(f"FAILED: {runs.one_line(e)}")
                 if not isinstance(e, SystemExit):
-                    traceback.print_exc()
+                    traceback.print_exc()  # an unexpected error: its place in the code, above the one line
 
     threads = [threading.Thread(target=lane, args=(i + 1,)) for i in range(lanes)]
     for t in threads:

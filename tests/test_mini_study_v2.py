@@ -123,3 +123,18 @@ def test_the_primary_interval_and_its_verdict_by_hand():
     assert "+3.50" in text and "+1.54 to +5.46" in text and "±3.00" in text and "decisive" in text
     wide = [result(f"relay_s{s}", 30.0 + d) for s, d in zip(range(1, 7), (-9, 12, 3, -4, 15, 6))]
     assert "NOT decisive" in "\n".join(mini_report_v2.primary(sft + wide))
+
+
+def test_an_error_in_one_lane_stops_the_study_in_one_line_naming_the_job():
+    """Any exception, not only a failed command's SystemExit: the other lane takes no new job and the study exits
+    non-zero (failed with lanes catching SystemExit only: the thread died, the study went on)."""
+    done = []
+
+    def broken(say):
+        raise KeyError("nfe")
+
+    jobs = [("good_1", lambda say: done.append(1)), ("bad", broken)] + [(f"later_{i}", lambda say: done.append(i))
+                                                                         for i in range(20)]
+    with pytest.raises(SystemExit) as e:
+        mini_study_v2.run_lanes(jobs, lanes=1)
+    assert e.value.code == "the study stopped: bad: KeyError: 'nfe'" and done == [1]
