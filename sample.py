@@ -121,8 +121,7 @@ def score_samples(questions: torch.Tensor, answers: torch.Tensor | None,
         return per_sample[0]
     m = {k: (None if per_sample[0][k] is None else sum(s[k] for s in per_sample) / len(per_sample))
          for k in per_sample[0]}
-    m["n"] = per_sample[0]["n"]
-    m["k"] = len(results)
+    m["n"], m["k"] = per_sample[0]["n"], len(results)
     m["pass_at_k"] = m["avg_at_k"] = None
     if answers is not None:
         solved = torch.stack([(r.pred == answers.to(r.pred.device).long()).all(1) for r in results])  # (k, N)
