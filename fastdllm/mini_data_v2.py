@@ -31,6 +31,7 @@ from fastdllm.prompt import training_messages
 from fastdllm.tasks import write_jsonl
 
 SEED = 0
+TEST_OFFSET = 3  # the test tasks' generator is seeded seed + TEST_OFFSET
 OUTPUTS = ("adapt.jsonl", "train.jsonl", "val.jsonl", "val_rows.jsonl", "test.jsonl", "test_reworded.jsonl")
 
 
@@ -64,9 +65,16 @@ def new_tasks(n: int, rng: random.Random, heldout: bool, avoid: set, prefix: str
     return out
 
 
-def reworded(row: dict, t, rng: random.Random) -> dict:
+def test_tasks(n: int, seed: int = SEED) -> list:
+    """The first n (task, EvalPlus row) test tasks, of held-out compositions. No training or validation program can
+    be one of them (those hold no held-out pair), so they are drawn without looking at the training rows: anyone can
+    rebuild them without the corpus or the tokenizer (scripts/mini_check.py does)."""
+    return new_tasks(n, random.Random(seed + TEST_OFFSET), True, set(), "mini2/test", "test")
+
+
+def reworded(row: dict, t) -> dict:
     """The same test task (id, names, constants, example, inputs) in the held-out wording."""
-    t2 = tasks_v2.reword(t, rng, "heldout")
+    t2 = tasks_v2.reword(t, random.Random(0), "heldout")  # the held-out wording draws nothing
     return dict(row, prompt=tasks_v2.stub(t2, row["example"]), wording=list(t2.wording), split="test_reworded")
 
 
@@ -92,10 +100,9 @@ def build_files(args: argparse.Namespace, tokenizer, files: list[dict]) -> dict:
     random.Random(args.seed + 1).shuffle(adapt)
     val = new_tasks(args.n_val, random.Random(args.seed + 2), False, avoid, "mini2/val", "val")
     val_rows = [tasks_v2.sft_row(t, random.Random(i), "val") for i, (t, _) in enumerate(val[:args.n_val_rows])]
-    test_rng = random.Random(args.seed + 3)
-    test = new_tasks(args.n_test, test_rng, True, avoid, "mini2/test", "test")
+    test = test_tasks(args.n_test, args.seed)
     files_out = {"adapt.jsonl": adapt, "train.jsonl": train, "val.jsonl": [r for _, r in val], "val_rows.jsonl": val_rows,
-                 "test.jsonl": [r for _, r in test], "test_reworded.jsonl": [reworded(r, t, test_rng) for t, r in test]}
+                 "test.jsonl": [r for _, r in test], "test_reworded.jsonl": [reworded(r, t) for t, r in test]}
     for name, rows in files_out.items():
         write_jsonl(rows, os.path.join(args.out_dir, name))
     summary = dict(args=vars(args), counts={name: len(rows) for name, rows in files_out.items()},

@@ -171,3 +171,9 @@ def test_the_judge_passes_both_styles_and_fails_a_missing_step(tmp_path):
     assert "def prep" in solutions[0] and "def pick" in solutions[0]  # the helpers survive the sanitiser
     verdicts = fastdllm.judge.judge_solutions([row] * 3, solutions, True, workers=1, cache_dir=str(tmp_path))
     assert [(v["base"], v["plus_inputs"]) for v in verdicts] == [(True, True), (True, True), (False, False)]
+
+
+def test_the_test_tasks_can_be_rebuilt_without_the_corpus(built):
+    rows = [r for _, r in mini_data_v2.test_tasks(60, mini_data_v2.SEED)]
+    assert rows == read(built / "test.jsonl")
+    assert [mini_data_v2.reworded(r, t) for t, r in mini_data_v2.test_tasks(60)] == read(built / "test_reworded.jsonl")
