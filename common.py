@@ -180,10 +180,10 @@ def read_weights(path: str, allow_unverified: bool = False) -> tuple[dict[str, t
     """The tensors and metadata of a safetensors file, its digest verified; ValueError with one line naming
     the file on any problem. save_weights puts model_config in every file, so a file that has it but no digest
     is damaged (the digest's name changed, e.g. sha256 -> sha257) or an export from before digests: refused,
-    unless allow_unverified (scripts/export_reference.py --allow_unverified writes such a file again with
+    unless allow_unverified (scripts/sudoku/export_reference.py --allow_unverified writes such a file again with
     a digest), which loads it with a warning."""
     from safetensors import safe_open
-    fix = "restore it from a copy (git checkout for reference/) or export it again (scripts/export_reference.py)"
+    fix = "restore it from a copy (git checkout for reference/) or export it again (scripts/sudoku/export_reference.py)"
     try:
         with safe_open(path, "pt") as f:
             meta = dict(f.metadata() or {})
@@ -203,7 +203,7 @@ def read_weights(path: str, allow_unverified: bool = False) -> tuple[dict[str, t
         raise ValueError(f"{path} has no sha256 although common.save_weights wrote it (its metadata has model_config): "
                          "its digest entry is damaged, or it was exported before digests were added; restore it from a "
                          "copy (git checkout for reference/), or give an older export a digest: python "
-                         f"scripts/export_reference.py --ckpt={path} --out=NEW.safetensors --allow_unverified")
+                         f"scripts/sudoku/export_reference.py --ckpt={path} --out=NEW.safetensors --allow_unverified")
     return state, meta
 
 

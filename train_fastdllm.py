@@ -537,7 +537,7 @@ def setup(cfg: TrainConfig) -> FastdllmRun:
         parent_dir = None
         if cfg.init_from == "tiny":
             model, tokenizer = make_tiny_fastdllm(use_relay=use_relay, seed=cfg.seed, bd_size=cfg.bd_size), make_tiny_tokenizer()
-        elif cfg.init_from == "random-1.5b":  # speed and memory at the real shapes without the hub (scripts/gpu_check.py)
+        elif cfg.init_from == "random-1.5b":  # speed and memory at the real shapes without the hub (scripts/gpu/gpu_check.py)
             model, tokenizer = random_1p5b(use_relay, cfg.seed, device)
         else:
             parent_dir = resolve_checkpoint(cfg.init_from)

@@ -29,7 +29,7 @@ from fastdllm.prompt import training_messages
 
 SEED = 0  # the default --seed; the test tasks come from their own generator, seeded seed + TEST_OFFSET
 TEST_OFFSET = 2
-TEST_SEED = SEED + TEST_OFFSET  # the study's test tasks (scripts/mini_check.py rebuilds the held-out ones)
+TEST_SEED = SEED + TEST_OFFSET  # the study's test tasks (scripts/table2/mini_check.py rebuilds the held-out ones)
 MAX_VOCAB = 2 ** 16  # train.bin and heldout.bin hold uint16 token ids
 OUTPUTS = ("adapt.jsonl", "tasks_train.jsonl", "test.jsonl", "train.bin", "heldout.bin", "corpus.json")
 

@@ -8,6 +8,10 @@ past the parsing runs, so no command is really executed. A script that reads sys
 run: its flags must appear in its source. Positional config/*.py files must exist, and a path into a
 run's out_dir (out/<run>/<name>) must name what a trainer writes there (its RUN_FILES).
 `torchrun ... script.py` commands are checked like `python script.py`.
+
+Beyond reading their flags, every documented script with a parser is run for real with `--help` (a subprocess
+each, as a user would type it: a moved or renamed script, or one that no longer starts, fails it), and every
+`bash X.sh` in the docs must name a file.
 """
 import ast
 import fnmatch
@@ -18,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTERNAL_MODULES = {"pytest", "pip", "venv", "torch.distributed.run", "http.server"}  # -m targets not in the repo
@@ -151,6 +156,58 @@ def test_docs_commands_name_existing_scripts_and_flags():
     assert not problems, f"{len(problems)} documented command(s) would fail:\n" + "\n".join(problems)
 
 
+def help_failures(targets: list[str]) -> dict[str, str]:
+    """Run `python TARGET --help` for each target (a script path or `-m module`) from the repository root:
+    {target: why} for each that does not exit 0 (a missing file exits 2). A few at a time: most import torch."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+
+    def run(target: str) -> str | None:
+        res = subprocess.run([sys.executable, *target.split(), "--help"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300, stdin=subprocess.DEVNULL)
+        return None if res.returncode == 0 else \
+            f"exit {res.returncode}: {(res.stderr.strip().splitlines() or ['(no output)'])[-1]}"
+
+    with ThreadPoolExecutor(max_workers=min(4, (os.cpu_count() or 1) + 1)) as pool:
+        return {t: why for t, why in zip(targets, pool.map(run, targets)) if why}
+
+
+def help_targets(cmds: list[tuple[str, list[str]]]) -> dict[str, set[str]]:
+    """{target: the files that name it} for every documented target that is missing or parses with a parser
+    (a script that reads sys.argv by hand might run for real on --help)."""
+    found = {}
+    for where, cmd in cmds:
+        path = target_path(cmd[0])
+        if not os.path.isfile(path) or parses_with_a_parser(path):
+            found.setdefault(cmd[0], set()).add(where.split(":", 1)[0])
+    return found
+
+
+def test_every_documented_script_answers_help():
+    """Every script (or -m module) a command in README.md or docs/*.md runs answers `--help` with exit 0, run as
+    a subprocess from the repository root. Fails when a documented script was moved or renamed and the docs
+    kept the old path (checked: README.md's mini_check command pointed back at scripts/mini_check.py), or when
+    a script cannot start (an import that moved with it)."""
+    targets = help_targets(documented_commands())
+    assert len(targets) > 20 and any(t.startswith("scripts/") for t in targets), "the docs' commands were not found"
+    failed = help_failures(sorted(targets))
+    assert not failed, f"{len(failed)} documented script(s) do not answer --help:\n" + "\n".join(
+        f"python {t} --help ({', '.join(sorted(targets[t]))})\n    {why}" for t, why in sorted(failed.items()))
+
+
+def shell_scripts(snippet: str) -> list[str]:
+    """The `.sh` files a shell line runs with bash (`bash scripts/x.sh`, `VAR=1 bash x.sh`)."""
+    return re.findall(r"(?:^|[\s;&|(])(?:bash|sh)\s+([\w./-]+\.sh)\b", snippet)
+
+
+def test_documented_shell_scripts_exist():
+    """Every `bash X.sh` in README.md and docs/*.md names a file (checked with scripts/gpu_wheels.sh, its old path)."""
+    found = [(os.path.relpath(path, ROOT), script) for path in doc_files()
+             for snippet in code_snippets(open(path, encoding="utf-8").read()) for script in shell_scripts(snippet)]
+    assert found, "no `bash X.sh` found in the docs: has the parsing broken?"
+    missing = [f"{where}: bash {script}" for where, script in found if not os.path.isfile(os.path.join(ROOT, script))]
+    assert not missing, "documented shell scripts that do not exist:\n" + "\n".join(missing)
+
+
 def test_command_parsing():
     snippet = "for o in mlm relay; do OMP_NUM_THREADS=1 python scripts/x.py --a=1 --b=$o & done; wait"
     assert commands(snippet) == [["scripts/x.py", "--a=1", "--b=$o"]]
@@ -158,6 +215,7 @@ def test_command_parsing():
     assert commands("python -m fastdllm.generate --x=1 && python -c 'print(1)'") == [["-m fastdllm.generate", "--x=1"]]
     assert code_snippets("a `python a.py\n--b=1` c\n```bash\npython x.py \\\n  --y=2\n```\n") == \
         ["python x.py    --y=2", "python a.py --b=1"]
+    assert shell_scripts("PY_VERSION=3.11 bash scripts/gpu/w.sh && sh b.sh; echo bash") == ["scripts/gpu/w.sh", "b.sh"]
 
 
 # -----------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-"""scripts/commits_per_step.py: the cells each forward commits, averaged by hand and counted on a model
+"""scripts/sudoku/commits_per_step.py: the cells each forward commits, averaged by hand and counted on a model
 whose every confidence is known."""
 import numpy as np
 import pytest
 import torch
 
 from helpers import constant_checkpoint
-from scripts import commits_per_step as C
+from scripts.sudoku import commits_per_step as C
 from sudoku.board import format_board, random_grid
 
 

@@ -1,7 +1,7 @@
 """sudoku/cuda_graph.py on the CPU: the graphed step's body, run eagerly (what a CUDA graph would replay),
 against train_sudoku's own step, for MLM and the rollout objectives: the same losses, weights and EMA
 within float tolerance, and the rollout buffer's state kept in the same storage every step (what makes a
-replay see the state the previous step left). The capture itself needs a GPU: scripts/gpu_check.py."""
+replay see the state the previous step left). The capture itself needs a GPU: scripts/gpu/gpu_check.py."""
 import pytest
 import torch
 

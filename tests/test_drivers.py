@@ -1,5 +1,5 @@
-"""The experiment drivers (scripts/reproduce_cpu.py, compare_adaptation.py, budget_study.py) and Table 2 in
-miniature's scripts (python -m fastdllm.mini_data, scripts/pretrain_ar.py, mini_study.py, mini_report.py,
+"""The experiment drivers (scripts/sudoku/reproduce_cpu.py, compare_adaptation.py, budget_study.py) and Table 2 in
+miniature's scripts (python -m fastdllm.mini_data, scripts/table2/pretrain_ar.py, mini_study.py, mini_report.py,
 mini_check.py): a bad flag, or an input a flag names that cannot be used, stops the script in one line naming it,
 before any data is built, run trained or model decoded, and with nothing written (each starts with work that takes
 minutes, and used to meet the bad input only then, or never: a silently wrong run)."""
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from fastdllm import mini_data, mini_data_v2
-from scripts import (budget_study, compare_adaptation, mini_check, mini_report, mini_report_v2, mini_study,
-                     mini_study_v2, pretrain_ar, reproduce_cpu, runs)
+from scripts import runs
+from scripts.sudoku import budget_study, compare_adaptation, reproduce_cpu
+from scripts.table2 import mini_check, mini_report, mini_report_v2, mini_study, mini_study_v2, pretrain_ar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study,

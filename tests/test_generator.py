@@ -3,7 +3,7 @@ import numpy as np
 import torch
 
 import sudoku.board
-from scripts.independent_grids import independent_grid
+from scripts.sudoku.independent_grids import independent_grid
 
 # pairs of cells that are not peers (no shared row, column or box): the only pairs whose digits may be equal
 _PEER = np.zeros((81, 81), dtype=bool)

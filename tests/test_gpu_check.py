@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py: the GPU check runs every part and reports it, and never passes a part silently.
+"""scripts/gpu/gpu_check.py: the GPU check runs every part and reports it, and never passes a part silently.
 
 The smoke run is the check's own plan at tiny sizes on the CPU, so the plan cannot rot while no GPU
 is at hand. The other tests give the runner made-up parts: a part that prints nothing it should, one
@@ -13,7 +13,7 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
 import gpu_check  # noqa: E402
 from gpu_check import Part  # noqa: E402
 
@@ -26,7 +26,7 @@ def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     learning comparison loses a run (checked by deleting the CPU reference run's command). No budget:
     the smoke's own default (test_the_smoke_has_no_budget_a_slow_machine_could_exhaust)."""
     out = tmp_path / "report"
-    proc = subprocess.run([PY, "scripts/gpu_check.py", "--smoke", f"--out_dir={out}"],
+    proc = subprocess.run([PY, "scripts/gpu/gpu_check.py", "--smoke", f"--out_dir={out}"],
                           cwd=ROOT, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = (out / "report.md").read_text()
@@ -243,11 +243,11 @@ def check_arguments(cmd: list[str]) -> None:
         assert args[0] == "--compare" and len(args) == 2 and args[1].startswith("--device=")
     elif script == "prepare_data.py":
         prepare_data.parse_args(args)
-    elif script == "scripts/standin_study.py":
-        from scripts import standin_study
+    elif script == "scripts/sudoku/standin_study.py":
+        from scripts.sudoku import standin_study
         standin_study.parse_args(args)
-    elif script == "scripts/gpu_standin.py":
-        from scripts import gpu_standin
+    elif script == "scripts/gpu/gpu_standin.py":
+        from scripts.gpu import gpu_standin
         gpu_standin.parse_args(args)
     else:
         loaders = {"bench/bench_train.py": bench_train.BenchConfig, "bench/bench_generate.py": bench_generate.BenchConfig,

@@ -1,4 +1,4 @@
-"""scripts/gpu_standin.py: the paper's 7.1M pair on the stand-in, for a GPU loan. Its whole path runs in the GPU
+"""scripts/gpu/gpu_standin.py: the paper's 7.1M pair on the stand-in, for a GPU loan. Its whole path runs in the GPU
 check's smoke test (tests/test_gpu_check.py, which also checks its results and weights); here, the pieces a
 smoke run at toy sizes cannot tell right from wrong: the scaled settings, the data check, the matched reading."""
 import hashlib
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scripts import gpu_standin
+from scripts.gpu import gpu_standin
 from sudoku.board import MASK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""scripts/hard_study.py: Table 1's columns over seeds and accuracy at matched NFE, from kept sample.py
+"""scripts/sudoku/hard_study.py: Table 1's columns over seeds and accuracy at matched NFE, from kept sample.py
 results (no decoding here), against values computed by hand.
 
 Planted bugs seen to fail: the frontier read on the batch-512 NFE instead of the per-puzzle count;
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from scripts import hard_study
+from scripts.sudoku import hard_study
 
 TAU_KEYS = ("0.01", "0.02", "0.05", "0.10", "0.15", "0.25")
 

@@ -2,13 +2,13 @@
 itself back through others, and no internal module reaches up to an entry point.
 
 Entry points are the scripts a user runs: the root files and scripts/ files with an `if __name__ ==
-"__main__":` block (train_sudoku.py, sample.py, scripts/standin_study.py, ...). Internal modules are
+"__main__":` block (train_sudoku.py, sample.py, scripts/sudoku/standin_study.py, ...). Internal modules are
 what they are built from: sudoku/, fastdllm/, the root library files (relay.py, model.py, common.py,
 configurator.py) and scripts/ helpers without such a block (scripts/runs.py). Imports inside functions
 count: a lazy import closes a circle as surely as one at the top. tests/, bench/ and examples/ may import
-anything. Checked on the code before sudoku/step.py and scripts/standin_protocol.py existed: it named
-both circles (sudoku.cuda_graph -> train_sudoku -> sudoku.cuda_graph, and scripts.standin_report <->
-scripts.standin_study) and the arrows up from sudoku.cuda_graph and scripts.runs to train_sudoku.
+anything. Checked on the code before sudoku/step.py and scripts/sudoku/standin_protocol.py existed: it named
+both circles (sudoku.cuda_graph -> train_sudoku -> sudoku.cuda_graph, and scripts.sudoku.standin_report <->
+scripts.sudoku.standin_study) and the arrows up from sudoku.cuda_graph and scripts.runs to train_sudoku.
 """
 import ast
 import os
@@ -157,7 +157,7 @@ def test_the_graph_sees_what_it_checks():
     relative imports are edges, and a made-up circle is found (so a passing check is not a blind one)."""
     graph, paths = import_graph()
     for m in ("train_sudoku", "sample", "prepare_data", "quickstart", "eval_code", "train_fastdllm",
-              "scripts.standin_study", "scripts.standin_report"):
+              "scripts.sudoku.standin_study", "scripts.sudoku.standin_report"):
         assert is_entry_point(m, paths[m]), m
     for m in ("relay", "model", "common", "configurator", "scripts.runs", "sudoku.board", "fastdllm.generate",
               "fastdllm.chat"):

@@ -1,4 +1,4 @@
-"""Table 2 in miniature's kept models (reference/mini/) and the README's check (scripts/mini_check.py).
+"""Table 2 in miniature's kept models (reference/mini/) and the README's check (scripts/table2/mini_check.py).
 
 The kept directories are bf16 copies of the study's checkpoints: each is verified against its manifest, holds
 the step and objective the study ran, and together they stay inside the repository's 25 MB. Decoding the kept
@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import fastdllm.sandbox  # noqa: E402
 from fastdllm.model import SHA256_IN, load_fastdllm  # noqa: E402
-from scripts import mini_check  # noqa: E402
+from scripts.table2 import mini_check  # noqa: E402
 
 KEPT = os.path.join(ROOT, "reference", "mini")
 # name -> (step of the checkpoint it copies, trained with the relay)
@@ -70,9 +70,9 @@ def test_the_kept_pair_decodes_as_the_study_measured():
 
 
 def readme_rows() -> dict[str, tuple[float, ...]]:
-    """The README's table printed by `python scripts/mini_check.py`: {model: (base, plus, NFE)}."""
+    """The README's table printed by `python scripts/table2/mini_check.py`: {model: (base, plus, NFE)}."""
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = text.split("python scripts/mini_check.py", 1)[1]
+    section = text.split("python scripts/table2/mini_check.py", 1)[1]
     rows = {}
     for label in ("Fast-dLLM v2 (stage B)", "Vanilla SFT", "Relay"):
         m = re.search(r"^\| " + re.escape(label) + r" \| ([\d.]+)% \| ([\d.]+)% \| ([\d.]+) \|", section, re.M)

@@ -1,4 +1,4 @@
-"""Table 2 in miniature, stage A (scripts/pretrain_ar.py): the loss, resuming, and the checkpoint stage B reads."""
+"""Table 2 in miniature, stage A (scripts/table2/pretrain_ar.py): the loss, resuming, and the checkpoint stage B reads."""
 import json
 import os
 import sys
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "table2"))
 import pretrain_ar  # noqa: E402
 from fastdllm import mini_corpus  # noqa: E402
 from fastdllm.model import load_fastdllm  # noqa: E402

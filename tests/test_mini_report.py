@@ -1,4 +1,4 @@
-"""Table 2 in miniature, the report (scripts/mini_report.py): matched NFE, paired standard errors, the table, against
+"""Table 2 in miniature, the report (scripts/table2/mini_report.py): matched NFE, paired standard errors, the table, against
 values worked out by hand."""
 import json
 import math
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "table2"))
 import mini_report as R  # noqa: E402
 
 IDS = ["mini/heldout/0", "mini/heldout/1", "mini/seen/0", "mini/seen/1"]

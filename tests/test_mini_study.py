@@ -1,4 +1,4 @@
-"""scripts/mini_study.py's keep step: the bf16 copy of a run's last checkpoint that the next stage starts from and
+"""scripts/table2/mini_study.py's keep step: the bf16 copy of a run's last checkpoint that the next stage starts from and
 the repository keeps. Two lanes can reach it at the same moment, and a resumed study reaches it again."""
 import os
 import threading
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fastdllm.model as fm
-from scripts import mini_study
+from scripts.table2 import mini_study
 
 
 def relay_checkpoint(path, step: int) -> str:
@@ -75,7 +75,7 @@ def test_on_a_gpu_every_command_runs_there_and_b_in_one_process(monkeypatch, tmp
     mini_study.run_all(args)
     scripts = [next(c for c in cmd if c.endswith(".py") or c == "fastdllm.mini_data") for cmd in commands]
     assert scripts.count("eval_code.py") == 5 + 3 * (3 + 5)  # base: 5 taus; sft, relay, rollout: 3 light + 5 full
-    assert scripts.count("train_fastdllm.py") == 4 and "scripts/pretrain_ar.py" in scripts
+    assert scripts.count("train_fastdllm.py") == 4 and "scripts/table2/pretrain_ar.py" in scripts
     for cmd, script in zip(commands, scripts):
         if script != "fastdllm.mini_data":
             assert "--device=cuda" in cmd, cmd

@@ -10,7 +10,7 @@ import torch
 
 import train_fastdllm
 from configurator import load_config
-from scripts import mini_report_v2, mini_study_v2
+from scripts.table2 import mini_report_v2, mini_study_v2
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -58,7 +58,7 @@ def test_a_renamed_digest_with_a_flipped_weight_is_refused_by_every_sudoku_loade
     export_reference.py --allow_unverified, the way out the refusal names for a trusted older export, writes
     it again with a digest. Bug checked: read_weights warning on a file without a digest and loading it (the
     old rule: sample.py and quickstart.py exited 0)."""
-    from scripts import export_reference
+    from scripts.sudoku import export_reference
     src = os.path.join(ROOT, "reference", "standin_relay.safetensors")
     bad = tmp_path / "standin_relay.safetensors"
     raw = open(src, "rb").read()

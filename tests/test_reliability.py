@@ -319,7 +319,7 @@ def test_a_weights_file_without_a_digest_is_refused_and_export_reference_adds_on
     save_file(load_file(src), old, metadata=meta)
     with pytest.raises(ValueError, match="has no sha256 .* --allow_unverified$"):
         load_model(str(old))
-    from scripts import export_reference
+    from scripts.sudoku import export_reference
     export_reference.main([f"--ckpt={old}", f"--out={tmp_path / 'new.safetensors'}", "--allow_unverified"])
     assert "carries no sha256: its weights are not verified" in capsys.readouterr().err
     model, _ = load_model(str(tmp_path / "new.safetensors"))
@@ -332,7 +332,7 @@ def test_an_export_names_no_machine_directory(tmp_path):
     committed reference models carry); a path outside it and a relative one stay as they were. Fails with
     the config exported as the run recorded it (checked)."""
     from safetensors import safe_open
-    from scripts import export_reference
+    from scripts.sudoku import export_reference
     model = SudokuTransformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, d_ff=32, dropout=0.0))
     config = {"objective": "mlm", "out_dir": os.path.join(ROOT, "runs", "x"), "data_dir": str(tmp_path / "data"),
               "init_from": "runs/parent", "seed": 0}

@@ -408,7 +408,7 @@ def test_cli_bad_input_gives_one_line(tmp_path, args, message):
 # ----------------------------------------------------------------------------- experiment drivers
 
 def test_budget_study_integrates_training_time_from_the_metrics_log(tmp_path):
-    from scripts.budget_study import at_minute, curve, report
+    from scripts.sudoku.budget_study import at_minute, curve, report
     records = [{"step": 10, "loss": 2.0, "ms_per_step": 100.0}, {"step": 20, "loss": 1.9, "ms_per_step": 200.0},
                {"step": 20, "val/exact": 0.1, "val/nfe": 30.0, "val/batch_nfe": 40.0},
                {"step": 25, "val/exact": 0.2, "val/nfe": 20.0, "val/batch_nfe": 30.0},  # mid-interval
@@ -431,7 +431,7 @@ def test_budget_study_integrates_training_time_from_the_metrics_log(tmp_path):
 def test_budget_study_plots_several_seeds_each_from_its_own_runs(tmp_path, capsys):
     """--seed=1,2 --plot_only: one curve per (objective, seed), read from that seed's run directory
     (fails if every seed reads the first seed's directory, or if MLM is not put on the compute axis 1x)."""
-    from scripts import budget_study
+    from scripts.sudoku import budget_study
     for name, exact in (("mlm_s1", 0.1), ("mlm_s2", 0.2), ("relay_cold_s1", 0.3), ("relay_cold_s2", 0.4)):
         (tmp_path / name).mkdir()
         records = [{"step": 10, "loss": 1.0, "ms_per_step": 100.0}, {"step": 10, "val/exact": exact, "val/nfe": 5.0}]
@@ -448,7 +448,7 @@ def test_budget_study_plots_several_seeds_each_from_its_own_runs(tmp_path, capsy
 @pytest.mark.slow
 def test_reproduce_cpu_smoke_runs_end_to_end(tmp_path):
     """Data, four trainings, evaluation, table and figure at a toy size (~2 minutes)."""
-    from scripts import reproduce_cpu
+    from scripts.sudoku import reproduce_cpu
     reproduce_cpu.main(["--smoke", f"--runs={tmp_path / 'runs'}", f"--data_dir={tmp_path / 'data'}"])
     results = json.loads((tmp_path / "runs" / "results.json").read_text())
     assert [e["config"]["objective"] for e in results["checkpoints"]] == list(sudoku.report.OBJECTIVE_NAMES)
@@ -458,7 +458,7 @@ def test_reproduce_cpu_smoke_runs_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_compare_adaptation_reuses_parents_and_matches_compute(tmp_path):
     """Smoke run trains parents; a second run adapts those parents: the MLM child gets 2x the K = 2 steps."""
-    from scripts import compare_adaptation
+    from scripts.sudoku import compare_adaptation
     data = f"--data_dir={tmp_path / 'data'}"
     compare_adaptation.main(["--smoke", "--objectives=relay", f"--runs={tmp_path / 'a'}", data])
     compare_adaptation.main(["--smoke", "--objectives=mlm,relay", f"--runs={tmp_path / 'b'}", data,

@@ -1,4 +1,4 @@
-"""scripts/standin_study.py and scripts/standin_report.py: the crossover and the ladder against values
+"""scripts/sudoku/standin_study.py and scripts/sudoku/standin_report.py: the crossover and the ladder against values
 worked out by hand from made-up kept results, the driver's arguments, and the committed results, their
 report and the README's numbers in agreement."""
 import json
@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from scripts import standin_protocol as P
-from scripts import standin_report as R
-from scripts import standin_study as S
+from scripts.sudoku import standin_protocol as P
+from scripts.sudoku import standin_report as R
+from scripts.sudoku import standin_study as S
 
 
 def write_result(out, run: str, set_name: str, protocol: str, eq: int, sweep: dict) -> None:

@@ -169,7 +169,7 @@ def test_init_from_relay_keeps_learned_relay(tmp_path):
 
 
 def test_init_from_a_reference_safetensors_file(tmp_path):
-    """--init_from=reference/*.safetensors (what scripts/export_reference.py writes): the child starts from
+    """--init_from=reference/*.safetensors (what scripts/sudoku/export_reference.py writes): the child starts from
     exactly those weights, recorded as EMA weights (the file's metadata says so). Catches: the file refused
     as unreadable; its weights not loaded; the parent recorded as raw weights (tried: fails)."""
     run(tmp_path / "mlm", "--objective=mlm", "--max_iters=3", "--eval_interval=0")

@@ -1,8 +1,8 @@
-"""scripts/transfer_check.py: twins from the independent sampler, and exact match per clue bucket."""
+"""scripts/sudoku/transfer_check.py: twins from the independent sampler, and exact match per clue bucket."""
 import numpy as np
 
 import sudoku.board
-from scripts.transfer_check import exact_by_bucket, independent_twins, table
+from scripts.sudoku.transfer_check import exact_by_bucket, independent_twins, table
 
 
 def test_twins_keep_clue_counts_and_have_unique_solutions():
@@ -39,7 +39,7 @@ def test_bad_flags_are_refused_before_any_work(tmp_path):
     is a directory (written only after the whole evaluation): one line naming the flag. Failed before the
     checks (checked)."""
     import pytest
-    from scripts import transfer_check
+    from scripts.sudoku import transfer_check
     for argv, flag in ((["--seed=-1"], "--seed"), ([f"--out={tmp_path}"], "--out")):
         with pytest.raises(SystemExit) as e:
             transfer_check.main(["--ckpt=nothing.pt", f"--data_dir={tmp_path / 'none'}", *argv])

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # What a GPU loan needs carried, built here on the CPU (docs/gpu.md): the stand-in's files for the 7.1M pair
-# (scripts/gpu_standin.py) and the stand-in study, checked against the CPU study's puzzles, and the wheels.
+# (scripts/gpu/gpu_standin.py) and the stand-in study, checked against the CPU study's puzzles, and the wheels.
 #
-#     bash scripts/gpu_prepare.sh      # -> data/sudoku-standin-gpu/ (32 MB) and gpu_wheels/ (11 MB), both gitignored
+#     bash scripts/gpu/gpu_prepare.sh      # -> data/sudoku-standin-gpu/ (32 MB) and gpu_wheels/ (11 MB), both gitignored
 #
 # Where data/sudoku-standin/ is missing it is built first (`prepare_data.py --source=standin`, about 23 minutes
 # on 2 cores; it needs larsdoku, else it builds other hard puzzles and the check below refuses them).
 # STANDIN=<dir> takes the stand-in from another folder; NO_WHEELS=1 skips the wheels (they need PyPI).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}
 STANDIN=${STANDIN:-data/sudoku-standin}
 OUT=data/sudoku-standin-gpu
@@ -22,8 +22,8 @@ for f in train.npy val.npy test.npy meta.json top1465.parquet test.parquet test_
     cp "$STANDIN/$f" "$OUT/$f"
 done
 # the puzzles the full protocol scores must be the CPU study's, or the two pairs are not read side by side
-"$PY" scripts/gpu_standin.py --check_only --data_dir="$OUT"
+"$PY" scripts/gpu/gpu_standin.py --check_only --data_dir="$OUT"
 if [ "${NO_WHEELS:-0}" != 1 ]; then
-    bash scripts/gpu_wheels.sh
+    bash scripts/gpu/gpu_wheels.sh
 fi
 du -sh "$OUT" gpu_wheels 2>/dev/null || true

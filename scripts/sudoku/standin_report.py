@@ -1,9 +1,9 @@
 """The stand-in study's report, drawn only from its kept results (results/standin_study/): the crossover
-figure, the difficulty ladder and Table 1's columns (scripts/standin_study.py runs the study).
+figure, the difficulty ladder and Table 1's columns (scripts/sudoku/standin_study.py runs the study).
 
-    python scripts/standin_study.py --report_only          # or: python scripts/standin_report.py
+    python scripts/sudoku/standin_study.py --report_only          # or: python scripts/sudoku/standin_report.py
 
-The kept results are laid out as scripts/standin_protocol.py says (one sample.py --out file per run, puzzle
+The kept results are laid out as scripts/sudoku/standin_protocol.py says (one sample.py --out file per run, puzzle
 set, protocol and training compute); <out>/puzzles.json holds the rating and clue count of each set's
 puzzles in the order they were scored (no puzzles), so the ladder redraws without the data.
 """
@@ -14,10 +14,10 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import sudoku.frontier  # noqa: E402
 import sudoku.report  # noqa: E402
-from scripts.standin_protocol import FILE, FULL, LIGHT, RUN, SETS, slug  # noqa: E402
+from scripts.sudoku.standin_protocol import FILE, FULL, LIGHT, RUN, SETS, slug  # noqa: E402
 from sudoku.frontier import Point  # noqa: E402
 
 NAMES = sudoku.report.OBJECTIVE_NAMES
@@ -338,7 +338,7 @@ def full_sweeps(found: dict, eq: int, set_names: dict[str, str], seeds: set[int]
 
 
 def table1(found: dict, eq: int, set_names: dict[str, str], seeds: set[int] | None = None) -> str:
-    from scripts.hard_study import table
+    from scripts.sudoku.hard_study import table
     return table(full_sweeps(found, eq, set_names, seeds), HEADLINE_TAU)
 
 
@@ -351,7 +351,7 @@ def extra_objective_points(found: dict) -> list[tuple[int, int]]:
 def objectives_compared(found: dict, set_names: dict[str, str]) -> list[str]:
     """The four objectives at matched NFE, for each seed and compute with a Rollout or Relay (sg) run: that
     seed's runs at that compute only, so every objective is read on the same NFE budgets."""
-    from scripts.hard_study import matched
+    from scripts.sudoku.hard_study import matched
     text = []
     for seed, eq in extra_objective_points(found):
         text += ["", f"## The four objectives, seed {seed} ({eq:,} MLM-step equivalents, full protocol)",
@@ -378,7 +378,7 @@ def protocol_text(spec: dict) -> str:
 def report(out: str, figures: str, data_dir: str) -> None:
     found = load(out)
     if not found:
-        raise SystemExit(f"no kept results in {out}: run the study first (scripts/standin_study.py)")
+        raise SystemExit(f"no kept results in {out}: run the study first (scripts/sudoku/standin_study.py)")
     set_names = {slug(name): name for name in SETS}
     eq = final_point(found)  # the ladder's and Table 1's compute; the crossover's means stop there
     text = ["# Stand-in study: MLM and Relay on Sudoku-Extreme's composition", "",

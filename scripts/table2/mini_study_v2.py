@@ -1,22 +1,22 @@
 """Table 2 in miniature, v2: fine-tunes that converge, chosen on validation, on a task with room to cut NFE.
 
-    python scripts/mini_study_v2.py                  # all of it, resumable (2 cores: about 14 h)
-    python scripts/mini_study_v2.py --report_only    # the report from the kept JSONs (--out)
-    python scripts/mini_study_v2.py --smoke          # toy sizes: the whole pipeline in a few minutes
-    python scripts/mini_study_v2.py --device=cuda --lanes=8 --out=results/mini_study_v2_gpu   # on one GPU
+    python scripts/table2/mini_study_v2.py                  # all of it, resumable (2 cores: about 14 h)
+    python scripts/table2/mini_study_v2.py --report_only    # the report from the kept JSONs (--out)
+    python scripts/table2/mini_study_v2.py --smoke          # toy sizes: the whole pipeline in a few minutes
+    python scripts/table2/mini_study_v2.py --device=cuda --lanes=8 --out=results/mini_study_v2_gpu   # on one GPU
 
 The protocol, fixed before the seeds ran, is docs/table2_v2_protocol.md. Each step is skipped when its output is
 there, so a killed study resumes with the same command:
 0. the data: `python -m fastdllm.mini_data` (corpus and tokenizer), `python -m fastdllm.mini_data_v2` (the
    multi-step tasks: train, validation, test in trained and in held-out wording; stage B's mixture);
-A. the pretrained model, shared with v1 (reference/mini/pretrain; scripts/mini_study.py makes it);
+A. the pretrained model, shared with v1 (reference/mini/pretrain; scripts/table2/mini_study.py makes it);
 B. adaptation on docstring pairs: `train_fastdllm.py config/fastdllm_mini2_adapt.py`, kept in --kept as bf16;
 P. the pilot: SFT and Relay, seed 1, at each learning rate of --lrs; each method's rate is the one whose run reaches
    the lower validation loss (choice.json); the chosen run is that method's seed 1;
 C. SFT and Relay at their chosen rate with the other --seeds, then the --extra objectives (seed 1, Relay's rate);
 D. every run's checkpoint of lowest validation loss, evaluated with eval_code.py: the test tasks in trained wording at
    each tau of --taus, in held-out wording at tau 0.85, the validation tasks at tau 0.85; stage B likewise.
-One JSON per (run, protocol, tau) in --out; the report is --out/mini_study_v2.md (scripts/mini_report_v2.py).
+One JSON per (run, protocol, tau) in --out; the report is --out/mini_study_v2.md (scripts/table2/mini_report_v2.py).
 """
 import argparse
 import json
@@ -27,8 +27,9 @@ import threading
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripts import mini_report, mini_report_v2, mini_study, runs  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from scripts import runs  # noqa: E402
+from scripts.table2 import mini_report, mini_report_v2, mini_study  # noqa: E402
 
 PY = sys.executable
 OBJECTIVES = ("sft", "relay", "rollout", "relay_sg")
@@ -252,7 +253,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
     args.pretrain = os.path.relpath(os.path.abspath(args.pretrain), runs.ROOT)
     if not args.report_only and not mini_study.is_complete(os.path.join(runs.ROOT, args.pretrain)):
-        raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: run python scripts/mini_study.py first")
+        raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: run python scripts/table2/mini_study.py first")
     mini_report.load(os.path.join(runs.ROOT, args.out))  # every kept result checked now, not after hours of work
     return args
 

@@ -1,12 +1,12 @@
 """The GPU check: every CUDA path of the project run and measured on one GPU, as one Markdown report.
 
-    python scripts/gpu_check.py                       # on a GPU: the parts not yet done, within --budget_minutes
-    python scripts/gpu_check.py --smoke               # CPU, tiny sizes, no budget, limits only against hangs (CI)
-    python scripts/gpu_check.py --list                # the parts, their commands and time limits
-    python scripts/gpu_check.py --parts=standin_pair --pack=$OUT   # a loan's first command, its files in $OUT
+    python scripts/gpu/gpu_check.py                       # on a GPU: the parts not yet done, within --budget_minutes
+    python scripts/gpu/gpu_check.py --smoke               # CPU, tiny sizes, no budget, limits only against hangs (CI)
+    python scripts/gpu/gpu_check.py --list                # the parts, their commands and time limits
+    python scripts/gpu/gpu_check.py --parts=standin_pair --pack=$OUT   # a loan's first command, its files in $OUT
 
 The parts run in order of value (docs/gpu.md): the paper's 7.1M model trained on the stand-in, MLM
-against Relay (scripts/gpu_standin.py), the test suite on the device, Table 1 training speed (eager,
+against Relay (scripts/gpu/gpu_standin.py), the test suite on the device, Table 1 training speed (eager,
 compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
 Fast-dLLM v2 at the 1.5B shape (a ZeRO-3 step per objective, Figure 3's memory, decoding speed). Each
 part is one or more commands with a time limit; its result goes to out_dir/<part>.json, and a part
@@ -16,7 +16,7 @@ should (a silently empty benchmark counts as a failure) is marked FAILED and is 
 out_dir/report.md is rebuilt after every part; the exit status is 1 while any part has failed.
 --pack=DIR also writes it, after every part, as the few files a GPU lent for one command brings back.
 
-Beyond torch, the GPU machine needs the wheels of `bash scripts/gpu_wheels.sh`: if gpu_wheels/ is
+Beyond torch, the GPU machine needs the wheels of `bash scripts/gpu/gpu_wheels.sh`: if gpu_wheels/ is
 present and a package is missing, they are installed into a temporary folder first.
 """
 import argparse
@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PY = sys.executable
 clock = time.monotonic  # the budget's clock (tests replace it with a fake one)
 SMOKE_LIMIT_S = 1800  # every part's time limit in --smoke mode (plan)
@@ -141,18 +141,18 @@ def plan(smoke: bool, work: str) -> list[Part]:
         the evaluation sets, about 33 MB); its kept results land beside the report, the runs in work/."""
         where = [f"--runs={work}/standin_runs", f"--out={os.path.dirname(work)}/standin_study"]
         if smoke:
-            return [[PY, "scripts/standin_study.py", "--smoke", "--seeds=1", "--extra=", f"--data_dir={work}/standin_data",
+            return [[PY, "scripts/sudoku/standin_study.py", "--smoke", "--seeds=1", "--extra=", f"--data_dir={work}/standin_data",
                      *where]]
-        return [[PY, "scripts/standin_study.py", "--lanes=8", "--device=cuda", "--prebuilt", f"--data_dir={STANDIN_DATA}",
+        return [[PY, "scripts/sudoku/standin_study.py", "--lanes=8", "--device=cuda", "--prebuilt", f"--data_dir={STANDIN_DATA}",
                  *where]]
 
     def standin_pair() -> list[list[str]]:
         """The paper's 7.1M model, MLM against Relay compute-matched, side by side on the carried stand-in data
-        (scripts/gpu_standin.py); its results, learning curves and bf16 weights beside the report, its runs in work/."""
+        (scripts/gpu/gpu_standin.py); its results, learning curves and bf16 weights beside the report, its runs in work/."""
         where = [f"--runs={work}/standin_pair_runs", f"--out={os.path.dirname(work)}/gpu_standin"]
         if smoke:
-            return [[PY, "scripts/gpu_standin.py", "--smoke", f"--data_dir={work}/standin_data", *where]]
-        return [[PY, "scripts/gpu_standin.py", f"--data_dir={STANDIN_DATA}", *where]]
+            return [[PY, "scripts/gpu/gpu_standin.py", "--smoke", f"--data_dir={work}/standin_data", *where]]
+        return [[PY, "scripts/gpu/gpu_standin.py", f"--data_dir={STANDIN_DATA}", *where]]
 
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
@@ -341,7 +341,7 @@ def python_path_with_wheels(env: dict, site: str = "/tmp/relay_gpu_site") -> dic
         return env
     wheels = sorted(os.path.join(WHEELS, f) for f in os.listdir(WHEELS)) if os.path.isdir(WHEELS) else []
     if not wheels:
-        print(f"missing {', '.join(missing)} and no gpu_wheels/: run `bash scripts/gpu_wheels.sh` where pip "
+        print(f"missing {', '.join(missing)} and no gpu_wheels/: run `bash scripts/gpu/gpu_wheels.sh` where pip "
               "reaches PyPI and carry gpu_wheels/ (docs/gpu.md); the parts that need them will fail", flush=True)
         return env
     subprocess.run([PY, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",

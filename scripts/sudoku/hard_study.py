@@ -2,9 +2,9 @@
 puzzles, Table 1's columns at τ = 0.15 with seeds, and the accuracy-NFE frontier at matched NFE.
 
     python prepare_data.py --source=larsdoku --out_dir=data/sudoku-hard --derive --derive_splits=top1465
-    python scripts/budget_study.py --iters=1500 --eval_interval=250 --objectives=mlm --seed=1,2,3 \\
+    python scripts/sudoku/budget_study.py --iters=1500 --eval_interval=250 --objectives=mlm --seed=1,2,3 \\
         --runs=runs/hard --data_dir=data/sudoku-hard --train_args="--eval_puzzles=300"      # and relay, ...
-    python scripts/hard_study.py --runs=runs/hard --data_dir=data/sudoku-hard --easy_data_dir=data/sudoku
+    python scripts/sudoku/hard_study.py --runs=runs/hard --data_dir=data/sudoku-hard --easy_data_dir=data/sudoku
 
 Evaluation sets: Top1465 (a classic hard collection, never trained on: prepare_data.py drops its
 symmetric copies from train and val), the hard test split, Top1465's deduction-only cohort (Tim
@@ -14,7 +14,7 @@ in --out, so an interrupted study resumes; finished runs only (DONE.json from th
 kept results and no run directory on this disk is reported from its JSON, so results committed from
 another machine (results/hard_study/) join the runs trained here:
 
-    python scripts/hard_study.py --runs=runs/hard --out=results/hard_study
+    python scripts/sudoku/hard_study.py --runs=runs/hard --out=results/hard_study
 
 Outputs in --out: hard_study.md (the tables) and hard_study.png (the frontier, one panel per set).
 """
@@ -24,7 +24,7 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import sudoku.frontier  # noqa: E402
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402

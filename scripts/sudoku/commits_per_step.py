@@ -1,6 +1,6 @@
 """Where a decoding's forward passes go: the cells each of the first forwards commits, per model and τ.
 
-    python scripts/commits_per_step.py --ckpt=reference/standin_mlm.safetensors,reference/standin_relay.safetensors \
+    python scripts/sudoku/commits_per_step.py --ckpt=reference/standin_mlm.safetensors,reference/standin_relay.safetensors \
         --data=data/sudoku-standin/test.parquet --n=1000 --clues=31-45
 
 For each checkpoint and τ: the puzzles' mean NFE (each puzzle decoded alone: its loop steps + 1), their
@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from sample import load_checkpoints  # noqa: E402
 import sudoku.frontier  # noqa: E402
 from sudoku.board import MASK  # noqa: E402

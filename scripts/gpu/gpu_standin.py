@@ -1,8 +1,8 @@
 """The paper's 7.1M model on the stand-in, MLM against Relay compute-matched, trained side by side on one GPU
 and evaluated there with the stand-in study's protocol (docs/reproduce.md, "The study"). Not comparable with Table 1.
 
-    python scripts/gpu_standin.py --data_dir=data/sudoku-standin-gpu   # on a GPU: about 8 minutes
-    python scripts/gpu_standin.py --smoke                              # CPU, toy sizes: the same path (what CI runs)
+    python scripts/gpu/gpu_standin.py --data_dir=data/sudoku-standin-gpu   # on a GPU: about 8 minutes
+    python scripts/gpu/gpu_standin.py --smoke                              # CPU, toy sizes: the same path (what CI runs)
 
 1. train: `config/mlm_tied.py` and `config/relay_tied.py` (bf16 autocast on CUDA, compiled) at once, two
    train_sudoku.py processes on the one device, on the stand-in (`--allow_any_data=True`). Compute-matched:
@@ -11,10 +11,10 @@ and evaluated there with the stand-in study's protocol (docs/reproduce.md, "The 
    300k steps are scaled to each run's length (scaled_settings); the others are the paper's.
 2. keep: each run's EMA weights at every quarter of its steps, rounded to bf16 (what comes back from the
    GPU, under 16 MiB each; on CUDA the evaluation's bf16 autocast rounds the matrix weights so anyway).
-3. evaluate: sample.py exactly as scripts/standin_study.py calls it: the light protocol at every kept point,
+3. evaluate: sample.py exactly as scripts/sudoku/standin_study.py calls it: the light protocol at every kept point,
    the full one (Top1465's first 500, the test split's first 1,000, its whole hard cohort) at the last
    point both runs reached, so the comparison is compute-matched even when the time ran out first.
-4. report: scripts/standin_report.py over the kept results (--out/standin_study.md), then this pair at
+4. report: scripts/sudoku/standin_report.py over the kept results (--out/standin_study.md), then this pair at
    matched NFE next to the CPU study's (--compare) in --out/summary.md and --out/pair.json.
 
 The pair's checkpoints (weights, EMA and AdamW state, Relay's buffer: over 100 MB each) cannot leave a GPU lent
@@ -29,9 +29,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripts import runs, standin_protocol, standin_report  # noqa: E402
-from scripts.standin_study import FORWARDS, FULL, LIGHT, SETS, SMOKE_PROTOCOL  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from scripts import runs  # noqa: E402
+from scripts.sudoku import standin_protocol, standin_report  # noqa: E402
+from scripts.sudoku.standin_study import FORWARDS, FULL, LIGHT, SETS, SMOKE_PROTOCOL  # noqa: E402
 
 PY = sys.executable
 PAPER_STEPS = 300_000  # App. A.1: 300k steps, warm-up 2,000, constant learning rate after it; EMA 0.9999
@@ -42,7 +43,7 @@ PAPER_WARMUP, PAPER_EMA = 2000, 0.9999
 PLANNED_RELAY_STEPS = {"H200": 4800, "H100": 3600}
 OTHER_GPU_RELAY_STEPS = 3000
 SMOKE_TRAIN = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--log_interval=10"]
-SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=100"]  # scripts/standin_study.py's smoke data
+SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=100"]  # scripts/sudoku/standin_study.py's smoke data
 OBJECTIVES = ("mlm", "relay")
 RETURNED_FILE_BYTES = 16 * 2**20  # a GPU lent for one command brings back files up to 16 MiB (docs/gpu.md)
 
@@ -109,7 +110,7 @@ def shown(cmd: list[str]) -> str:
 
 def kept_points(args: argparse.Namespace) -> dict[str, list[int]]:
     """{objective: the MLM-step equivalents of its kept weights}, ascending."""
-    from scripts.standin_study import kept_steps
+    from scripts.sudoku.standin_study import kept_steps
     return {o: [s * FORWARDS[o] for s in kept_steps(os.path.join(args.runs, run_name(o, args.seed)))]
             for o in OBJECTIVES}
 
@@ -279,7 +280,7 @@ def summarize(args: argparse.Namespace, commands: dict, final: int, minutes: dic
     for name in SETS:
         table += [f"| {name} | {r[name]}" for r in rows if name in r]
     short = [o for o in OBJECTIVES if facts[o]["steps"] < relay_steps * FORWARDS["relay"] // FORWARDS[o]]
-    command = " ".join(["python scripts/gpu_standin.py", *args.argv]).replace(runs.ROOT + os.sep, "")
+    command = " ".join(["python scripts/gpu/gpu_standin.py", *args.argv]).replace(runs.ROOT + os.sep, "")
     pair = {"command": command, "device": args.device_label,
             "commands": {o: shown(c) for o, c in commands.items()}, "planned_steps":
             {o: relay_steps * FORWARDS["relay"] // FORWARDS[o] for o in OBJECTIVES}, "runs": facts,
@@ -384,7 +385,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compile", type=runs_bool, default=True, help="torch.compile the step on CUDA (default True)")
     p.add_argument("--smoke", action="store_true", help="CPU, toy model and data, 80 and 40 steps: the same path")
     p.add_argument("--check_only", action="store_true", help="check --data_dir (and its puzzles against --compare's) "
-                   "and stop: where the data is built, before it is carried (scripts/gpu_prepare.sh)")
+                   "and stop: where the data is built, before it is carried (scripts/gpu/gpu_prepare.sh)")
     args = p.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     if args.smoke:
@@ -453,10 +454,10 @@ def main(argv: list[str] | None = None) -> None:
     t_train = time.time()
     final = evaluate_pair(args)
     t_eval = time.time()
-    report = subprocess.run([PY, "scripts/standin_report.py", f"--out={args.out}", f"--data_dir={args.data_dir}"],
+    report = subprocess.run([PY, "scripts/sudoku/standin_report.py", f"--out={args.out}", f"--data_dir={args.data_dir}"],
                             cwd=runs.ROOT, capture_output=True, text=True)
     if report.returncode:
-        raise SystemExit(f"scripts/standin_report.py failed: {(report.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise SystemExit(f"scripts/sudoku/standin_report.py failed: {(report.stderr.strip().splitlines() or ['?'])[-1]}")
     for o in OBJECTIVES:  # the learning curves travel with the results (the runs stay on the device)
         for f in ("metrics.jsonl", "train.log"):
             shutil.copyfile(os.path.join(args.runs, run_name(o, args.seed), f),

@@ -1,10 +1,10 @@
 """Transfer check: does a Sudoku model solve puzzles from a generator it never saw as well as its own?
 
-    python scripts/transfer_check.py --ckpt=runs/budget_clean/mlm_s1,runs/budget_clean/relay_cold_s1 --n=1000
+    python scripts/sudoku/transfer_check.py --ckpt=runs/budget_clean/mlm_s1,runs/budget_clean/relay_cold_s1 --n=1000
 
 For each of the first --n puzzles of the test split, a twin is built with the same number of clues
 and the same removal procedure (`sudoku.board.remove_clues`: random-order removal while the solution stays
-unique) on a grid from an independently written sampler (scripts/independent_grids.py). Each model
+unique) on a grid from an independently written sampler (scripts/sudoku/independent_grids.py). Each model
 decodes both sets at --tau; exact match is reported per clue-count bucket. A model that learned
 Sudoku scores the same on both (within noise); a model that learned its generator's habits does not.
 """
@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import sudoku.board  # noqa: E402
-from scripts.independent_grids import independent_grid  # noqa: E402
+from scripts.sudoku.independent_grids import independent_grid  # noqa: E402
 
 BUCKETS = ((17, 23), (24, 27), (28, 31), (32, 35), (36, 39), (40, 81))
 

@@ -1,5 +1,5 @@
 """What the stand-in study scores and where it keeps each result: shared by the study, which writes them
-(scripts/standin_study.py), and its report, which reads them (scripts/standin_report.py).
+(scripts/sudoku/standin_study.py), and its report, which reads them (scripts/sudoku/standin_report.py).
 
 Layout of the kept results: <out>/<run>/<set>/<protocol>_<equivalents>.json, one sample.py --out file
 (with --per_puzzle) per run (<objective>_s<seed>), puzzle set, protocol and training compute in MLM-step

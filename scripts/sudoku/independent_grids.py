@@ -5,7 +5,7 @@ cell: no candidate propagation, no cell heuristic, no symmetry step, nothing sha
 `sudoku.board.random_grid` beyond the rules of the game. Its grids are not exactly uniform either, but
 any structure a network could learn from `random_grid` and not from these shows up as a
 difference between the two (tests/test_generator.py), and puzzles built on these grids measure
-whether a trained model transfers beyond its own generator (scripts/transfer_check.py).
+whether a trained model transfers beyond its own generator (scripts/sudoku/transfer_check.py).
 """
 import numpy as np
 

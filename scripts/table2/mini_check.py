@@ -1,8 +1,8 @@
 """Table 2 in miniature in a few minutes: the kept models decoded on tasks of held-out compositions.
 
-    python scripts/mini_check.py                 # 100 tasks, tau 0.85: about 2 minutes on one CPU core
+    python scripts/table2/mini_check.py                 # 100 tasks, tau 0.85: about 2 minutes on one CPU core
 
-The kept checkpoints of scripts/mini_study.py (reference/mini/: the adapted base model and the seed-1 Vanilla SFT
+The kept checkpoints of scripts/table2/mini_study.py (reference/mini/: the adapted base model and the seed-1 Vanilla SFT
 and Relay fine-tunes, bf16, each verified against its manifest) decode the first --n tasks of held-out
 compositions (fastdllm.tasks.heldout_tests: rebuilt here, no corpus needed) with eval_code.py (block 32,
 sub-block 8, the authors' decoding; Relay with its carry), judged in the sandbox. Prints Table 2's columns
@@ -20,13 +20,14 @@ import tempfile
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 import eval_code  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
 from fastdllm import tasks  # noqa: E402
 from fastdllm.mini_data import TEST_SEED  # noqa: E402
-from scripts import mini_report, runs  # noqa: E402
+from scripts import runs  # noqa: E402
+from scripts.table2 import mini_report  # noqa: E402
 
 # (kept directory, label, decode with the relay carry, the study's result for it at tau: model, step)
 MODELS = (("adapt", "Fast-dLLM v2 (stage B)", False, ("base", 0)), ("sft_s1", "Vanilla SFT", False, ("sft_s1", 200)),
@@ -97,7 +98,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
               args.sandbox)
     missing = [name for name, _, _, _ in MODELS if not os.path.isfile(os.path.join(args.kept, name, "manifest.json"))]
     if missing:
-        raise SystemExit(f"--kept={args.kept} lacks {', '.join(missing)}: scripts/mini_study.py keeps them there")
+        raise SystemExit(f"--kept={args.kept} lacks {', '.join(missing)}: scripts/table2/mini_study.py keeps them there")
     check_results(args.results, args.tau)
     return args
 

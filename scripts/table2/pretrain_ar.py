@@ -2,8 +2,8 @@
 Qwen2.5; docs/table2_miniature.md).
 
     python -m fastdllm.mini_data --out_dir=data/mini                          # corpus, tokenizer, tasks
-    python scripts/pretrain_ar.py --data_dir=data/mini --out_dir=runs/mini/pretrain
-    python scripts/pretrain_ar.py --data_dir=data/mini --out_dir=runs/mini/pretrain --resume=True
+    python scripts/table2/pretrain_ar.py --data_dir=data/mini --out_dir=runs/mini/pretrain
+    python scripts/table2/pretrain_ar.py --data_dir=data/mini --out_dir=runs/mini/pretrain --resume=True
 
 Next-token cross-entropy on random windows of the corpus token stream (nanoGPT's sampling), AdamW, linear
 warm-up then cosine decay. Every eval_interval steps: the held-out split's loss and perplexity (all of it,
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import common  # noqa: E402
 from configurator import ConfigError, config_to_dict, load_config, print_config  # noqa: E402
 from fastdllm.model import DEFAULT_BD_SIZE, MASK_TOKEN, FastDLLM, save_fastdllm  # noqa: E402
@@ -61,7 +61,7 @@ class PretrainConfig:
     eval_interval: int = 500  # held-out perplexity and the resume state
     log_interval: int = 50
     seed: int = 0
-    device: str = "cpu"  # cpu | cuda; fp32 on either (scripts/mini_study.py --device=cuda)
+    device: str = "cpu"  # cpu | cuda; fp32 on either (scripts/table2/mini_study.py --device=cuda)
 
 
 def build_model(cfg: PretrainConfig, tokenizer) -> FastDLLM:

@@ -1,14 +1,14 @@
 """Table 2 in miniature: the paper's Fast-dLLM v2 chain rebuilt small on real code, through the project's own code paths.
 
-    python scripts/mini_study.py                  # all of it, from nothing, resumable (2 cores: about 5.5 h)
-    python scripts/mini_study.py --report_only    # tables and figures from the kept results (--out)
-    python scripts/mini_study.py --gate           # the task's difficulty check (pass@1 at tau 0.99 in 20-80%?)
-    python scripts/mini_study.py --smoke          # toy sizes: the whole pipeline in a few minutes
-    python scripts/mini_study.py --device=cuda --lanes=10 --out=results/mini_study_gpu   # on a GPU, every run at once
+    python scripts/table2/mini_study.py                  # all of it, from nothing, resumable (2 cores: about 5.5 h)
+    python scripts/table2/mini_study.py --report_only    # tables and figures from the kept results (--out)
+    python scripts/table2/mini_study.py --gate           # the task's difficulty check (pass@1 at tau 0.99 in 20-80%?)
+    python scripts/table2/mini_study.py --smoke          # toy sizes: the whole pipeline in a few minutes
+    python scripts/table2/mini_study.py --device=cuda --lanes=10 --out=results/mini_study_gpu   # on a GPU, every run at once
 
 What it does, each step skipped when its output is there (a killed study resumes; docs/table2_miniature.md):
 0. the data: `python -m fastdllm.mini_data` (corpus, tokenizer, instruction mixture, tasks);
-A. pretraining: `scripts/pretrain_ar.py`, a 2.6M-parameter Qwen2 on the code corpus (the stand-in for Qwen2.5);
+A. pretraining: `scripts/table2/pretrain_ar.py`, a 2.6M-parameter Qwen2 on the code corpus (the stand-in for Qwen2.5);
 B. adaptation: `train_fastdllm.py config/fastdllm_mini_adapt.py` (the Fast-dLLM v2 objective; the table's base row),
    under torchrun with one process per lane;
    A and B are kept as bf16 checkpoint directories in --kept (the repository's reference/mini/), and the next stage
@@ -18,7 +18,7 @@ C. fine-tunes from B, `train_fastdllm.py config/fastdllm_mini_<objective>.py`: v
    --lanes at once, one thread each (with --device=cuda all on the one GPU, and B in one process);
 D. evaluation: `eval_code.py` on the test tasks (block 32, sub-block 8): every kept step with the light protocol,
    the last one (and B) with the full protocol; one small JSON per (model, step, tau) in --out;
-then the report (scripts/mini_report.py): Table 2's columns, the frontier, pass@1 at matched NFE, the gap against
+then the report (scripts/table2/mini_report.py): Table 2's columns, the frontier, pass@1 at matched NFE, the gap against
 fine-tuning compute, in --out/mini_study.md. The final seed-1 SFT and Relay pair is kept in --kept too.
 """
 import argparse
@@ -30,9 +30,10 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import common  # noqa: E402
-from scripts import mini_report, runs  # noqa: E402
+from scripts import runs  # noqa: E402
+from scripts.table2 import mini_report  # noqa: E402
 
 PY = sys.executable
 OBJECTIVES = ("sft", "relay", "rollout", "relay_sg")
@@ -102,7 +103,7 @@ def stage_a(args: argparse.Namespace) -> None:
         return print(f"stage A: {kept} is kept, skipped")
     out = os.path.join(args.runs, "pretrain")
     resume = ["--resume=True"] if os.path.exists(os.path.join(out, "resume")) else []
-    runs.sh([PY, "scripts/pretrain_ar.py", f"--data_dir={args.data_dir}", f"--out_dir={out}", *args.pretrain_args,
+    runs.sh([PY, "scripts/table2/pretrain_ar.py", f"--data_dir={args.data_dir}", f"--out_dir={out}", *args.pretrain_args,
              *resume], log=os.path.join(args.runs, "pretrain.log"))
     keep_log(out, "pretrain", args)
     keep(os.path.join(out, "model"), kept)
@@ -293,7 +294,7 @@ def check_gate_inputs(args: argparse.Namespace) -> None:
         return
     if not is_complete(args.gate_init):
         raise SystemExit(f"--gate_init={args.gate_init} is not a checkpoint directory (no manifest.json): give "
-                         "scripts/pretrain_ar.py's out_dir/model or a kept one")
+                         "scripts/table2/pretrain_ar.py's out_dir/model or a kept one")
     missing = [name for name in GATE_DATA if not os.path.isfile(os.path.join(args.data_dir, name))]
     if missing:
         raise SystemExit(f"--data_dir={args.data_dir} lacks {', '.join(missing)} (the gate with --gate_init builds no "

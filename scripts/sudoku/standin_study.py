@@ -1,9 +1,9 @@
 """The stand-in study: MLM against Relay on Sudoku-Extreme's composition, compute-matched, past the crossover.
 
-    python scripts/standin_study.py                      # all of it, from nothing, resumable (2 cores: ~4 h a pair)
-    python scripts/standin_study.py --report_only        # tables and figures from the kept results (--out)
-    python scripts/standin_study.py --lanes=8 --device=cuda --prebuilt   # on a GPU: every run at once (data carried)
-    python scripts/standin_study.py --smoke              # toy sizes: checks the pipeline in a few minutes
+    python scripts/sudoku/standin_study.py                      # all of it, from nothing, resumable (2 cores: ~4 h a pair)
+    python scripts/sudoku/standin_study.py --report_only        # tables and figures from the kept results (--out)
+    python scripts/sudoku/standin_study.py --lanes=8 --device=cuda --prebuilt   # on a GPU: every run at once (data carried)
+    python scripts/sudoku/standin_study.py --smoke              # toy sizes: checks the pipeline in a few minutes
 
 What it does, each step skipped when its output is already there (so a killed study resumes):
 1. the data: `prepare_data.py --source=standin` (26% easy, 74% hard puzzles per split, every puzzle
@@ -15,8 +15,8 @@ What it does, each step skipped when its output is already there (so a killed st
    --lanes runs at once, each with the machine's cores shared out (one thread per lane on 2 cores);
 3. the evaluations, one `sample.py` call per (kept weights, puzzle set): every kept step with the light
    protocol (fewer puzzles and τs), the last one also with the full protocol; each JSON is kept in --out
-   (the sets, protocols and layout: scripts/standin_protocol.py);
-4. the report, `scripts/standin_report.py` (always redrawn): the crossover figure (accuracy at matched NFE against training compute), the difficulty
+   (the sets, protocols and layout: scripts/sudoku/standin_protocol.py);
+4. the report, `scripts/sudoku/standin_report.py` (always redrawn): the crossover figure (accuracy at matched NFE against training compute), the difficulty
    ladder (Relay - MLM per rating and clue band) and Table 1's columns, in --out/standin_study.md.
 """
 import argparse
@@ -27,9 +27,9 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from scripts import runs  # noqa: E402
-from scripts.standin_protocol import FULL, LIGHT, SETS, result_path  # noqa: E402
+from scripts.sudoku.standin_protocol import FULL, LIGHT, SETS, result_path  # noqa: E402
 
 FORWARDS = {"mlm": 1, "rollout": 2, "relay_sg": 2, "relay": 2}  # forward passes per optimizer step (K = 2)
 SMOKE_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--d_ff=64", "--batch_size=16", "--eval_puzzles=16",
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.report_only:
         check_runs(args)
         run_all(args)
-    runs.sh([sys.executable, "scripts/standin_report.py", f"--out={args.out}", f"--figures={args.figures}",
+    runs.sh([sys.executable, "scripts/sudoku/standin_report.py", f"--out={args.out}", f"--figures={args.figures}",
              f"--data_dir={args.data_dir}"])
 
 

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Wheels for a GPU machine that has its own CUDA torch but no internet (docs/gpu.md).
 #
-#     bash scripts/gpu_wheels.sh            # -> gpu_wheels/*.whl (gitignored), 11 MB
+#     bash scripts/gpu/gpu_wheels.sh            # -> gpu_wheels/*.whl (gitignored), 11 MB
 #
 # Run it here, where pip reaches PyPI, after `pip install -r requirements.txt`: each package is fetched
 # at the version installed here (the one the tests ran with), for CPython 3.12 on x86-64 Linux.
 # Only what such an image usually lacks travels (and DeepSpeed's small imports einops, msgpack and
-# psutil, in case it lacks those too); torch, numpy, transformers, pandas, pyarrow, ... are taken from the image. scripts/gpu_check.py installs the folder with
+# psutil, in case it lacks those too); torch, numpy, transformers, pandas, pyarrow, ... are taken from the image. scripts/gpu/gpu_check.py installs the folder with
 # `pip install --no-index --no-deps --target` before its first part.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY_VERSION=${PY_VERSION:-3.12}
 OUT=${OUT_DIR:-gpu_wheels}
 

@@ -1,11 +1,11 @@
 """From-scratch budget study: exact match and NFE against training compute for each objective, with
 cold and staggered rollout buffers, read from the runs' metrics.jsonl.
 
-    python scripts/budget_study.py --minutes=60                    # 4 objectives cold + 3 staggered: ~7 h on 2 cores
-    python scripts/budget_study.py --minutes=60 --buffers=cold     # the paper's buffer only: ~4 h
-    python scripts/budget_study.py --iters=2500 --eval_interval=250 --buffers=cold   # compute-matched step budget
-    python scripts/budget_study.py --plot_only                     # redraw from the runs already in --runs
-    python scripts/budget_study.py --smoke                         # toy size, ~3 minutes
+    python scripts/sudoku/budget_study.py --minutes=60                    # 4 objectives cold + 3 staggered: ~7 h on 2 cores
+    python scripts/sudoku/budget_study.py --minutes=60 --buffers=cold     # the paper's buffer only: ~4 h
+    python scripts/sudoku/budget_study.py --iters=2500 --eval_interval=250 --buffers=cold   # compute-matched step budget
+    python scripts/sudoku/budget_study.py --plot_only                     # redraw from the runs already in --runs
+    python scripts/sudoku/budget_study.py --smoke                         # toy size, ~3 minutes
 
 A wall-clock budget (--minutes) is fair only when each run has the machine to itself. A step budget
 (--iters) does not depend on what else runs: it is the number of optimizer steps of the K = 2
@@ -26,7 +26,7 @@ import os
 import shlex
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 

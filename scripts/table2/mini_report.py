@@ -1,6 +1,6 @@
-"""The report of Table 2 in miniature (scripts/mini_study.py), from the kept result JSONs alone.
+"""The report of Table 2 in miniature (scripts/table2/mini_study.py), from the kept result JSONs alone.
 
-    python scripts/mini_study.py --report_only        # same as: python scripts/mini_report.py results/mini_study
+    python scripts/table2/mini_study.py --report_only        # same as: python scripts/table2/mini_report.py results/mini_study
 
 One JSON per (model, step, protocol, tau): the eval_code.py summary and, per task, the base / plus verdicts and
 the NFE, so tasks can be paired. The report (out/mini_study.md, figures in --figures):
@@ -45,7 +45,7 @@ def read_jsonl(path: str) -> list[dict]:
 def read_kept(path: str) -> dict:
     """One kept result, checked for every field the report reads (a file cut short by a killed study, or one
     written by another version, would otherwise stop the report with a traceback, or the study hours later)."""
-    redo = "restore it, or delete it and scripts/mini_study.py evaluates it again"
+    redo = "restore it, or delete it and scripts/table2/mini_study.py evaluates it again"
     try:
         with open(path) as f:
             record = json.load(f)
@@ -364,11 +364,11 @@ def plot_frontier(found: dict, path: str) -> None:
 def report(out: str, figures: str | None = None) -> str:
     results = load(out)
     if not results:  # a report of nothing would pass for a study with no outcome
-        raise SystemExit(f"no kept results in {out}: run the study first (scripts/mini_study.py), or give the "
+        raise SystemExit(f"no kept results in {out}: run the study first (scripts/table2/mini_study.py), or give the "
                          "folder that holds them (--out)")
     print_gate(out)
     found = curves(results, "full")
-    lines = ["# Table 2 in miniature: report", "", "Drawn by scripts/mini_report.py from the JSONs in this folder alone.", "",
+    lines = ["# Table 2 in miniature: report", "", "Drawn by scripts/table2/mini_report.py from the JSONs in this folder alone.", "",
              f"## Table 2's columns (tau {TABLE_TAU:g}, full protocol, last kept step)", "", *table2(found), "",
              "## Primary outcomes: NFE at tau 0.85 and pass@1 at matched NFE", "", *primary(found), "",
              "## NFE at matched pass@1 (plus)", "", *nfe_at_matched_pass(found), "",
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("out", nargs="?", default="results/mini_study", help="the folder of kept results")
     args = p.parse_args(argv)
     if not os.path.isdir(args.out):
-        raise SystemExit(f"mini_report.py: {args.out} is not a folder of kept results (scripts/mini_study.py --out)")
+        raise SystemExit(f"mini_report.py: {args.out} is not a folder of kept results (scripts/table2/mini_study.py --out)")
     if not load(args.out):  # every kept JSON read and checked before anything is written
         raise SystemExit(f"mini_report.py: {args.out} holds no kept results (model/step_*.json)")
     return report(args.out)

@@ -1,11 +1,11 @@
 """Compute-matched adaptation: train MLM for N minutes, then continue from that checkpoint
 for M minutes each with MLM, Rollout, Relay (sg) and Relay; evaluate all over the τ sweep.
 
-    python scripts/compare_adaptation.py --parent_minutes=15 --minutes=10 --seeds=1,2,3
-    python scripts/compare_adaptation.py --parent_iters=1500 --iters=500 --seeds=1,2,3    # step budgets
-    python scripts/compare_adaptation.py --parent_from=runs/cpu/mlm_s{seed} --iters=100 --seeds=1,2,3
+    python scripts/sudoku/compare_adaptation.py --parent_minutes=15 --minutes=10 --seeds=1,2,3
+    python scripts/sudoku/compare_adaptation.py --parent_iters=1500 --iters=500 --seeds=1,2,3    # step budgets
+    python scripts/sudoku/compare_adaptation.py --parent_from=runs/cpu/mlm_s{seed} --iters=100 --seeds=1,2,3
                  # parents = reproduce_cpu.py's MLM runs; children: 100 K=2 steps, the MLM child 200 steps
-    python scripts/compare_adaptation.py --smoke                                          # toy size, ~3 minutes
+    python scripts/sudoku/compare_adaptation.py --smoke                                          # toy size, ~3 minutes
 
 Wall time is about seeds x (N + 4 M) minutes plus evaluation. Per seed S (runs in --runs):
   s<S>/parent_mlm     python train_sudoku.py config/cpu_mlm.py --seed=S --max_minutes=N
@@ -23,7 +23,7 @@ import shlex
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 

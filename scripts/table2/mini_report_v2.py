@@ -1,6 +1,6 @@
-"""The report of Table 2 in miniature v2 (scripts/mini_study_v2.py), from the kept result JSONs alone.
+"""The report of Table 2 in miniature v2 (scripts/table2/mini_study_v2.py), from the kept result JSONs alone.
 
-    python scripts/mini_study_v2.py --report_only     # same as: python scripts/mini_report_v2.py results/mini_study_v2
+    python scripts/table2/mini_study_v2.py --report_only     # same as: python scripts/table2/mini_report_v2.py results/mini_study_v2
 
 The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md):
 - primary: mean NFE per test task at tau 0.85, Relay - SFT, its 95% interval over the seed pairs (a t interval of the
@@ -16,9 +16,9 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripts import mini_report  # noqa: E402
-from scripts.mini_report import fmt, mean, method_of, rate, sd, select  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from scripts.table2 import mini_report  # noqa: E402
+from scripts.table2.mini_report import fmt, mean, method_of, rate, sd, select  # noqa: E402
 
 TAU = 0.85
 MARGIN = 5.0  # non-inferiority margin of pass@1, points
@@ -157,7 +157,7 @@ def plot_frontier(results: list[dict], path: str) -> None:
 
 def report(out: str, figures: str | None = None) -> str:
     results = mini_report.load(out)
-    lines = ["# Table 2 in miniature v2: report", "", "Drawn by scripts/mini_report_v2.py from the JSONs in this folder alone.",
+    lines = ["# Table 2 in miniature v2: report", "", "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder alone.",
              "", f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; each run's step chosen on validation)", "",
              *table(results), "", "## Primary outcome", "", *primary(results), "", "## Secondary outcomes", "",
              *secondary(results), "", "## Training (equal steps x batch)", "", *training(out), ""]
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("out", nargs="?", default="results/mini_study_v2", help="the folder of kept results")
     args = p.parse_args(argv)
     if not os.path.isdir(args.out):
-        raise SystemExit(f"mini_report_v2.py: {args.out} is not a folder of kept results (scripts/mini_study_v2.py --out)")
+        raise SystemExit(f"mini_report_v2.py: {args.out} is not a folder of kept results (scripts/table2/mini_study_v2.py --out)")
     if not mini_report.load(args.out):  # every kept JSON read and checked before anything is written
         raise SystemExit(f"mini_report_v2.py: {args.out} holds no kept results (run/step_*.json)")
     return report(args.out)

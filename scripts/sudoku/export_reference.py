@@ -1,8 +1,8 @@
 """Export a Sudoku run's EMA weights as a small safetensors file (the quick start's reference models).
 
-    python scripts/export_reference.py --ckpt=runs/budget_clean/relay_cold_s1 --out=reference/relay.safetensors
-    python scripts/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # an export again: portable paths
-    python scripts/export_reference.py --ckpt=older.safetensors --out=new.safetensors --allow_unverified
+    python scripts/sudoku/export_reference.py --ckpt=runs/budget_clean/relay_cold_s1 --out=reference/relay.safetensors
+    python scripts/sudoku/export_reference.py --ckpt=old.safetensors --out=new.safetensors   # an export again: portable paths
+    python scripts/sudoku/export_reference.py --ckpt=older.safetensors --out=new.safetensors --allow_unverified
         # an export from before digests (no sha256: its weights cannot be verified): written again with one
 
 Writes only what decoding needs: the EMA weights (fp32, what the run's own validation used), the
@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from common import CheckpointError, load_checkpoint  # noqa: E402
 from common import load_weights, save_weights  # noqa: E402
 from model import model_from_checkpoint  # noqa: E402

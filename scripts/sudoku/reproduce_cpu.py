@@ -1,10 +1,10 @@
 """CPU reproduction of Table 1's objective ordering: train the four objectives with the CPU presets,
 evaluate them over the τ sweep, print the table and draw the Pareto figure. One command:
 
-    python scripts/reproduce_cpu.py                        # 1 seed: ~4 min data + 4 x ~10 min training + eval
-    python scripts/reproduce_cpu.py --seeds=1,2,3          # mean ± s.d. over seeds (3x the training time)
-    python scripts/reproduce_cpu.py --minutes=12           # the same wall-clock for every objective
-    python scripts/reproduce_cpu.py --smoke                # the whole pipeline at a toy size, ~2 minutes
+    python scripts/sudoku/reproduce_cpu.py                        # 1 seed: ~4 min data + 4 x ~10 min training + eval
+    python scripts/sudoku/reproduce_cpu.py --seeds=1,2,3          # mean ± s.d. over seeds (3x the training time)
+    python scripts/sudoku/reproduce_cpu.py --minutes=12           # the same wall-clock for every objective
+    python scripts/sudoku/reproduce_cpu.py --smoke                # the whole pipeline at a toy size, ~2 minutes
 
 Steps (each is a plain command, echoed as it runs):
   1. python prepare_data.py                              (skipped when data/sudoku exists)
@@ -19,7 +19,7 @@ import shlex
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
