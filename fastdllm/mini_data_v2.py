@@ -68,7 +68,7 @@ def new_tasks(n: int, rng: random.Random, heldout: bool, avoid: set, prefix: str
 def test_tasks(n: int, seed: int = SEED) -> list:
     """The first n (task, EvalPlus row) test tasks, of held-out compositions. No training or validation program can
     be one of them (those hold no held-out pair), so they are drawn without looking at the training rows: anyone can
-    rebuild them without the corpus or the tokenizer (scripts/mini_check.py does)."""
+    rebuild them without the corpus or the tokenizer (scripts/table2/mini_check.py does)."""
     return new_tasks(n, random.Random(seed + TEST_OFFSET), True, set(), "mini2/test", "test")
 
 
