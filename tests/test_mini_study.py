@@ -153,3 +153,20 @@ def test_report_only_without_results_fails(tmp_path, folder, capsys):
     with pytest.raises(SystemExit, match="no kept results in .*/results: run the study first") as e:
         mini_study.main(["--report_only", f"--out={out}"])
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("left, flag", [(["metrics.jsonl"], "--overwrite=True"),
+                                        (["metrics.jsonl", "resume/"], "--resume=True"), ([], None)])
+def test_a_killed_fine_tune_restarts_or_resumes(tmp_path, monkeypatch, left, flag):
+    """A run killed before its first checkpoint leaves only its log lines: train_fastdllm.py refuses such a folder
+    without --overwrite, so the study must start it again; one killed later resumes from resume/."""
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in left:
+        (out / name.rstrip("/")).mkdir() if name.endswith("/") else (out / name).write_text("{}\n")
+    commands = []
+    monkeypatch.setattr(mini_study.runs, "sh", lambda cmd, **kw: commands.append(cmd))
+    monkeypatch.setattr(mini_study.runs, "write_marker", lambda *a: None)
+    mini_study.finetune("config/x.py", str(out), ["--seed=1"], 1, str(tmp_path / "log"))
+    restart_flags = [c for c in commands[0] if c in ("--overwrite=True", "--resume=True")]
+    assert restart_flags == ([flag] if flag else [])

@@ -130,10 +130,14 @@ def finetune(config: str, out: str, extra: list[str], lanes: int, log: str, echo
     """train_fastdllm.py until its max_iters (resumed from out/resume when there is one), one process per lane."""
     launch = [PY, "train_fastdllm.py"] if lanes == 1 else [PY, "-m", "torch.distributed.run", "--standalone",
                                                              f"--nproc_per_node={lanes}", "train_fastdllm.py"]
-    resume = ["--resume=True"] if os.path.exists(os.path.join(out, "resume")) else []
     done = os.path.join(out, "DONE.json")
     if os.path.exists(done):
         return
+    resume = ["--resume=True"] if os.path.exists(os.path.join(out, "resume")) else []
+    if not resume and os.path.exists(os.path.join(out, "metrics.jsonl")):
+        # killed before its first checkpoint: only log lines are there, so it starts again from scratch
+        print(f"{out}: interrupted before its first checkpoint; starting it again", flush=True)
+        resume = ["--overwrite=True"]
     runs.sh(launch + [config, f"--out_dir={out}", *extra, *resume], log=log, echo=echo)
     runs.write_marker(done, {"cmd": [config, *extra]})
 
