@@ -102,7 +102,7 @@ def save_figure(results: dict[str, dict[str, list[dict]]], path: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--models", choices=sorted(REFERENCES), default="standin", help="which reference pair")
-    p.add_argument("--n", type=int, default=150, help="puzzles per set")
+    p.add_argument("--n", type=int, default=100, help="puzzles per set")
     p.add_argument("--seed", type=int, default=2026, help="seed of the fresh hard puzzles")
     p.add_argument("--out_dir", default="out/quickstart")
     args = p.parse_args(argv)
