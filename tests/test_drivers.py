@@ -97,6 +97,9 @@ CASES = [
     ("mini_check", ["--sandbox=none"], "--sandbox"),
     ("mini_check", ["--n=0"], "--n"),
     ("mini_check", ["--kept=TMP"], "--kept"),
+    ("mini_check", ["--n=201"], "--n"),  # v1 decoded 200 held-out tasks
+    ("mini_check", ["--study=v2", "--n=401"], "--n"),  # v2 holds 400 test tasks
+    ("mini_check", ["--study=v2", "--kept=TMP"], "--kept"),
     ("mini_study_v2", ["--seeds=abc"], "--seeds"),
     ("mini_study_v2", ["--seeds=2,3"], "--seeds"),  # seed 1 is the pilot's
     ("mini_study_v2", ["--lrs=fast"], "--lrs"),

@@ -88,3 +88,20 @@ def test_the_readme_states_what_mini_check_prints():
     for label, (base, plus, nfe) in readme_rows().items():
         got = mini_check.columns(records[label])
         assert abs(got[0] - base) <= 2 and abs(got[1] - plus) <= 2 and abs(got[2] - nfe) <= 0.5, (label, got)
+
+
+def test_v2_rebuilds_the_study_s_test_tasks_and_decodes_them_as_it_did(monkeypatch):
+    """--study=v2 on stage B's kept copy (reference/mini2/adapt): the first 32 test tasks, rebuilt without the
+    corpus, decoded as the v2 study decoded them (the same bf16 copy, batch and length). Each task's NFE ranges
+    195-218 where the model runs on and 11-109 where it stops, so the tasks must be the study's, in its order, and
+    decoded at its length: fails when the tasks are drawn from another seed, in another wording, or decoded with
+    v1's 128 new tokens (each checked). A few close confidence calls may flip on another CPU."""
+    monkeypatch.setattr(mini_check, "MODELS", mini_check.MODELS[:1])  # v2's fine-tunes are kept when the study is done
+    n = 32
+    records, study = mini_check.main(["--study=v2", f"--n={n}", f"--sandbox={sandbox_mode()}"])
+    here, there = records["Fast-dLLM v2 (stage B)"], study["Fast-dLLM v2 (stage B)"]
+    assert there is not None, "no study record for stage B in results/mini_study_v2"
+    assert here["task_ids"] == [f"mini2/test/{i}" for i in range(n)] == there["task_ids"]
+    nfes = sum(a != b for a, b in zip(here["nfe"], there["nfe"]))
+    verdicts = sum(a != b for a, b in zip(here["plus"], there["plus"]))
+    assert nfes <= 3 and verdicts <= 1, f"{nfes} NFE and {verdicts} verdicts of {n} tasks differ from the study"

@@ -1,13 +1,15 @@
 """Table 2 in miniature in a few minutes: the kept models decoded on tasks of held-out compositions.
 
     python scripts/table2/mini_check.py                 # 100 tasks, tau 0.85: about 2 minutes on one CPU core
+    python scripts/table2/mini_check.py --study=v2      # the same for v2's kept models (reference/mini2/)
 
-The kept checkpoints of scripts/table2/mini_study.py (reference/mini/: the adapted base model and the seed-1 Vanilla SFT
-and Relay fine-tunes, bf16, each verified against its manifest) decode the first --n tasks of held-out
-compositions (fastdllm.tasks.heldout_tests: rebuilt here, no corpus needed) with eval_code.py (block 32,
-sub-block 8, the authors' decoding; Relay with its carry), judged in the sandbox. Prints Table 2's columns
-(pass@1 base / plus, mean NFE per task) and, beside them, what the study measured on the same tasks with the
-fp32 checkpoints the bf16 copies were made from (results/mini_study/), so the two can be compared.
+The kept checkpoints of a miniature study (--study=v1: scripts/table2/mini_study.py, reference/mini/; v2:
+scripts/table2/mini_study_v2.py, reference/mini2/: the adapted base model and the seed-1 Vanilla SFT and Relay
+fine-tunes, bf16, each verified against its manifest) decode the first --n test tasks of held-out compositions
+(v1: fastdllm.tasks.heldout_tests, v2: fastdllm.mini_data_v2.test_tasks; rebuilt here, no corpus needed) with
+eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry), judged in the sandbox. Prints
+Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what the study measured on the same
+tasks (its results/ folder), so the two can be compared.
 """
 import argparse
 import contextlib
@@ -22,43 +24,84 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+import common  # noqa: E402
 import eval_code  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
-from fastdllm import tasks  # noqa: E402
+from fastdllm import mini_data_v2, tasks  # noqa: E402
 from fastdllm.mini_data import TEST_SEED  # noqa: E402
 from scripts import runs  # noqa: E402
 from scripts.table2 import mini_report  # noqa: E402
 
-# (kept directory, label, decode with the relay carry, the study's result for it at tau: model, step)
-MODELS = (("adapt", "Fast-dLLM v2 (stage B)", False, ("base", 0)), ("sft_s1", "Vanilla SFT", False, ("sft_s1", 200)),
-          ("relay_s1", "Relay", True, ("relay_s1", 200)))
-EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=128", "--batch_size=32",
-             "--dtype=float32", "--device=cpu", "--decode=authors"]
+# (kept directory, label, decode with the relay carry)
+MODELS = (("adapt", "Fast-dLLM v2 (stage B)", False), ("sft_s1", "Vanilla SFT", False), ("relay_s1", "Relay", True))
+EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--batch_size=32", "--dtype=float32",
+             "--device=cpu", "--decode=authors"]
 
 
-def decode(kept: str, n: int, tau: float, work: str, sandbox: str = "auto") -> dict[str, dict]:
+def v1_tasks(n: int) -> list[dict]:
+    return tasks.heldout_tests(n, random.Random(TEST_SEED))
+
+
+def v2_tasks(n: int) -> list[dict]:
+    return [row for _, row in mini_data_v2.test_tasks(n)]
+
+
+# per study: kept models, kept results, the test tasks, the study's decoding length, how many tasks it decoded,
+# its protocol name for these tasks, and the step of each model's result (None: the kept manifest's step; v1's
+# fine-tunes were kept at their last step, v2's at their step of lowest validation loss)
+STUDIES = {
+    "v1": dict(kept="reference/mini", results="results/mini_study", tasks=v1_tasks, max_new_tokens=128, n_max=200,
+               protocol="full", steps={"adapt": ("base", 0), "sft_s1": ("sft_s1", 200), "relay_s1": ("relay_s1", 200)}),
+    "v2": dict(kept="reference/mini2", results="results/mini_study_v2", tasks=v2_tasks, max_new_tokens=224,
+               n_max=400, protocol="test", steps={"adapt": ("base", 0), "sft_s1": ("sft_s1", None),
+                                                   "relay_s1": ("relay_s1", None)}),
+}
+
+
+def decode(study: dict, kept: str, n: int, tau: float, work: str, sandbox: str = "auto") -> dict[str, dict]:
     """eval_code.py on each kept model: {label: per-task record (mini_report.compact: task_ids, base, plus, nfe)}."""
     data = os.path.join(work, "heldout.jsonl")
     with open(data, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in tasks.heldout_tests(n, random.Random(TEST_SEED)))
+        f.writelines(json.dumps(r) + "\n" for r in study["tasks"](n))
     records = {}
-    for name, label, carry, _ in MODELS:
+    for name, label, carry in MODELS:
         print(f"decoding {n} tasks with {label} ({os.path.join(kept, name)})...", flush=True)
         out = os.path.join(work, name)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 eval_code.main([f"--model={os.path.join(kept, name)}", f"--data_path={data}", f"--threshold={tau}",
                                 f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={os.path.join(work, 'gt')}",
-                                f"--sandbox={sandbox}", *EVAL_ARGS])
+                                f"--sandbox={sandbox}", f"--max_new_tokens={study['max_new_tokens']}", *EVAL_ARGS])
         except SystemExit as e:
             raise SystemExit(f"mini_check.py: {label}: {e}") from None
         records[label] = mini_report.compact(out, os.path.join(work, f"{name}.json"), {"model": label})
     return records
 
 
-def study_record(results: str, model: str, step: int, tau: float, task_ids: list[str]) -> dict | None:
-    """The study's per-task results for model at step and tau (full protocol) on task_ids, or None if not kept."""
-    path = mini_report.result_path(results, model, step, tau, "full")
+def result_paths(study: dict, kept: str, results: str, tau: float) -> dict[str, str]:
+    """{label: the study's kept result for that model on these tasks at tau} (the file may not exist)."""
+    paths = {}
+    for name, label, _ in MODELS:
+        model, step = study["steps"][name]
+        if step is None:
+            step = kept_step(os.path.join(kept, name))
+        paths[label] = mini_report.result_path(results, model, step, tau, study["protocol"])
+    return paths
+
+
+def kept_step(folder: str) -> int:
+    """The step in a kept directory's manifest, read by the verifying reader."""
+    try:
+        manifest = common.read_manifest(folder, fields=("files", "step"), way_out="restore it (git checkout)")
+    except common.CheckpointError as e:
+        raise SystemExit(str(e)) from None
+    if manifest is None:
+        raise SystemExit(f"{os.path.join(folder, common.MANIFEST)} is missing: restore it (git checkout)")
+    return manifest["step"]
+
+
+def study_record(path: str, task_ids: list[str]) -> dict | None:
+    """The study's per-task results in the kept JSON at path on task_ids, or None if it is not kept."""
     if not os.path.isfile(path):
         return None
     kept = mini_report.read_kept(path)
@@ -73,9 +116,9 @@ def columns(r: dict) -> tuple[float, float, float]:
     return mini_report.rate(r, "all", "base"), mini_report.rate(r, "all"), mini_report.mean(r["nfe"])
 
 
-def table(records: dict[str, dict], study: dict[str, dict | None], n: int, tau: float) -> str:
-    lines = [f"{n} tasks of held-out compositions, tau {tau:g}; decoded here from reference/mini/ (bf16 weights, fp32 "
-             "compute), and the study's fp32 checkpoints on the same tasks (results/mini_study/):", "",
+def table(records: dict[str, dict], study: dict[str, dict | None], args: argparse.Namespace) -> str:
+    lines = [f"{args.n} tasks of held-out compositions, tau {args.tau:g}; decoded here from {rel(args.kept)}/ (bf16 "
+             f"weights, fp32 compute), and as the study measured them ({rel(args.results)}/):", "",
              "| model | pass@1 base | pass@1 plus | mean NFE | study: base | plus | NFE |", "|---|---|---|---|---|---|---|"]
     for label, r in records.items():
         here = "{:.1f} | {:.1f} | {:.1f}".format(*columns(r))
@@ -84,34 +127,37 @@ def table(records: dict[str, dict], study: dict[str, dict | None], n: int, tau: 
     return "\n".join(lines)
 
 
+def rel(path: str) -> str:
+    return os.path.relpath(path, ROOT) if os.path.abspath(path).startswith(ROOT + os.sep) else path
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    p.add_argument("--kept", default=os.path.join(ROOT, "reference", "mini"), help="the kept checkpoint directories")
-    p.add_argument("--results", default=os.path.join(ROOT, "results", "mini_study"), help="the study's kept results")
-    p.add_argument("--n", type=int, default=100, help="tasks of held-out compositions (at most 200, the study's)")
+    p.add_argument("--study", choices=sorted(STUDIES), default="v1", help="which miniature study's kept models")
+    p.add_argument("--kept", default=None, help="the kept checkpoint directories (default: the study's)")
+    p.add_argument("--results", default=None, help="the study's kept results (default: the study's)")
+    p.add_argument("--n", type=int, default=100, help="test tasks of held-out compositions (at most the study's)")
     p.add_argument("--tau", type=float, default=0.85)
     p.add_argument("--sandbox", default="auto", help="how generated programs are isolated (eval_code.py; docs/sandbox.md)")
     args = p.parse_args(argv)
-    runs.need(1 <= args.n <= 200, "--n", "in 1..200", args.n)
+    study = STUDIES[args.study]
+    args.kept = args.kept or os.path.join(ROOT, study["kept"])
+    args.results = args.results or os.path.join(ROOT, study["results"])
+    runs.need(1 <= args.n <= study["n_max"], "--n", f"in 1..{study['n_max']}", args.n)
     runs.need(0 < args.tau < 1, "--tau", "in (0, 1)", args.tau)
     runs.need(args.sandbox in fastdllm.sandbox.MODES, "--sandbox", f"one of {', '.join(fastdllm.sandbox.MODES)}",
               args.sandbox)
-    missing = [name for name, _, _, _ in MODELS if not os.path.isfile(os.path.join(args.kept, name, "manifest.json"))]
+    missing = [name for name, _, _ in MODELS if not os.path.isfile(os.path.join(args.kept, name, "manifest.json"))]
     if missing:
-        raise SystemExit(f"--kept={args.kept} lacks {', '.join(missing)}: scripts/table2/mini_study.py keeps them there")
-    check_results(args.results, args.tau)
-    return args
-
-
-def check_results(results: str, tau: float) -> None:
-    """The study's kept results this check reads after decoding (minutes), read now: a folder, and each of its
-    JSONs for the three models whole (mini_report.read_kept names a broken one). A result not kept is a "-"."""
-    if not os.path.isdir(results):
-        raise SystemExit(f"--results={results} is not a folder of the study's kept results (results/mini_study)")
-    for _, _, _, (model, step) in MODELS:
-        path = mini_report.result_path(results, model, step, tau, "full")
+        raise SystemExit(f"--kept={args.kept} lacks {', '.join(missing)}: the study's driver "
+                         f"({'mini_study.py' if args.study == 'v1' else 'mini_study_v2.py'}) keeps them there")
+    if not os.path.isdir(args.results):
+        raise SystemExit(f"--results={args.results} is not a folder of the study's kept results ({study['results']})")
+    args.result_paths = result_paths(study, args.kept, args.results, args.tau)
+    for path in args.result_paths.values():  # read after minutes of decoding, so read now: a broken one is named
         if os.path.isfile(path):
             mini_report.read_kept(path)
+    return args
 
 
 def main(argv: list[str] | None = None) -> tuple[dict[str, dict], dict[str, dict | None]]:
@@ -120,10 +166,10 @@ def main(argv: list[str] | None = None) -> tuple[dict[str, dict], dict[str, dict
     # made decoding 10 times slower (156 s against 16 s for 100 tasks, the 2-core AMD EPYC during the study)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as work:
-        records = decode(args.kept, args.n, args.tau, work, args.sandbox)
+        records = decode(STUDIES[args.study], args.kept, args.n, args.tau, work, args.sandbox)
     ids = next(iter(records.values()))["task_ids"]
-    study = {label: study_record(args.results, model, step, args.tau, ids) for _, label, _, (model, step) in MODELS}
-    print(table(records, study, args.n, args.tau))
+    study = {label: study_record(path, ids) for label, path in args.result_paths.items()}
+    print(table(records, study, args))
     return records, study
 
 
