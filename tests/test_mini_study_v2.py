@@ -138,3 +138,39 @@ def test_an_error_in_one_lane_stops_the_study_in_one_line_naming_the_job():
     with pytest.raises(SystemExit) as e:
         mini_study_v2.run_lanes(jobs, lanes=1)
     assert e.value.code == "the study stopped: bad: KeyError: 'nfe'" and done == [1]
+
+
+def test_a_study_resumed_on_another_machine_trains_only_what_the_repository_does_not_keep(tmp_path, monkeypatch):
+    """A fresh machine has the committed results/ and reference/ but no runs/: with the pilot's choice kept, only
+    the chosen seed-1 runs whose results are not kept are trained, and no run with every result kept trains again
+    (failed with choice.json ignored: all four pilots ran again; with kept results ignored: relay_s2 trained again)."""
+    m = mini_study_v2
+    args = m.parse_args([f"--out={tmp_path / 'out'}", f"--kept={tmp_path / 'kept'}", f"--runs={tmp_path / 'runs'}"])
+    os.makedirs(tmp_path / "out")
+    with open(tmp_path / "out" / "choice.json", "w") as f:
+        json.dump({"chosen": {"sft": 0.001, "relay": 0.0003}}, f)
+    for name in ("sft_s1", "relay_s2"):  # every result kept; sft_s1's weights too
+        for where, tau in m.protocol(args):
+            path = m.mini_report.result_path(str(tmp_path / "out"), name, 300, tau, where)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").close()
+    os.makedirs(tmp_path / "kept" / "sft_s1")
+    monkeypatch.setattr(m.mini_study, "is_complete", lambda folder: os.path.isdir(folder))
+    trained = []
+    monkeypatch.setattr(m, "prepare", lambda args: None)
+    monkeypatch.setattr(m, "base_job", lambda args, say: None)
+    monkeypatch.setattr(m, "pilot_job", lambda args, o, lr, say: trained.append(m.run_name(o, 1, lr)))
+    monkeypatch.setattr(m, "train", lambda args, o, seed, lr, name, say: trained.append(name))
+    monkeypatch.setattr(m, "finish", lambda *a: None)
+    m.run_all(args)
+    assert sorted(trained) == sorted(["relay_s1_lr0.0003"] + [f"sft_s{s}" for s in range(2, 7)] +
+                                     [f"relay_s{s}" for s in range(3, 7)])
+    assert args.choice == {"sft": 0.001, "relay": 0.0003}
+
+
+def test_a_damaged_choice_is_one_line(tmp_path):
+    args = mini_study_v2.parse_args([f"--out={tmp_path / 'out'}"])
+    os.makedirs(tmp_path / "out")
+    (tmp_path / "out" / "choice.json").write_text('{"chosen": {"sft": 0.002, "relay": 0.001}}')
+    with pytest.raises(SystemExit, match="choice.json does not hold a choice among --lrs=0.0003,0.001"):
+        mini_study_v2.kept_choice(args)

@@ -6,7 +6,9 @@
     python scripts/table2/mini_study_v2.py --device=cuda --lanes=8 --out=results/mini_study_v2_gpu   # on one GPU
 
 The protocol, fixed before the seeds ran, is docs/table2_v2_protocol.md. Each step is skipped when its output is
-there, so a killed study resumes with the same command:
+there, so a killed study resumes with the same command; on another machine, where only what the repository keeps
+is there (--out, --kept), a run whose every result is kept is not trained again, nor a pilot run the kept
+choice.json did not choose:
 0. the data: `python -m fastdllm.mini_data` (corpus and tokenizer), `python -m fastdllm.mini_data_v2` (the
    multi-step tasks: train, validation, test in trained and in held-out wording; stage B's mixture);
 A. the pretrained model, shared with v1 (reference/mini/pretrain; scripts/table2/mini_study.py makes it);
@@ -125,11 +127,42 @@ def pilot_job(args: argparse.Namespace, objective: str, lr: float, say) -> None:
 
 def main_job(args: argparse.Namespace, objective: str, seed: int, say) -> None:
     """A run of the study proper: seed 1 is the pilot run at the chosen rate (not trained again)."""
+    if finished(args, objective, seed):
+        return say(f"every result is kept in {args.out}/{run_name(objective, seed)}; skipped")
     lr = args.choice["relay" if objective not in args.choice else objective]
     name = run_name(objective, seed)
     run_dir = os.path.join(args.runs, run_name(objective, 1, lr)) if seed == 1 and objective in args.choice else \
         train(args, objective, seed, lr, name, say)
     finish(args, objective, seed, run_dir, name, say)
+
+
+def finished(args: argparse.Namespace, objective: str, seed: int) -> bool:
+    """Whether the run's every result of protocol(args) is kept in --out at one step (and, for the seed-1 pair, its
+    weights in --kept): what the repository keeps, so a study resumed on another machine does not train it again."""
+    name = run_name(objective, seed)
+    folder = os.path.join(args.out, name)
+    steps = {int(f.split("_")[1]) for f in os.listdir(folder) if f.startswith("step_")} if os.path.isdir(folder) else set()
+    kept = any(all(os.path.exists(mini_report.result_path(args.out, name, step, tau, where)) for where, tau in protocol(args))
+               for step in steps)
+    weights = seed != 1 or objective not in ("sft", "relay") or mini_study.is_complete(os.path.join(args.kept, name))
+    return kept and weights
+
+
+def kept_choice(args: argparse.Namespace) -> dict[str, float] | None:
+    """The pilot's choice kept in --out/choice.json, or None before the pilot has finished."""
+    path = os.path.join(args.out, "choice.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            chosen = json.load(f)["chosen"]
+        ok = all(isinstance(chosen[o], float) and chosen[o] in args.lrs for o in ("sft", "relay"))
+    except (json.JSONDecodeError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise SystemExit(f"{path} does not hold a choice among --lrs={','.join(f'{lr:g}' for lr in args.lrs)} for "
+                         "sft and relay: restore it (git checkout), or delete it and the pilot chooses again")
+    return chosen
 
 
 def base_job(args: argparse.Namespace, say) -> None:
@@ -199,14 +232,17 @@ def stage_b(args: argparse.Namespace) -> None:
 
 def run_all(args: argparse.Namespace) -> None:
     prepare(args)
+    choice = kept_choice(args)  # once kept, only the chosen seed-1 runs whose results are not kept run again
     pilots = [(run_name(o, 1, lr), lambda say, o=o, lr=lr: pilot_job(args, o, lr, say))
-              for o in ("sft", "relay") for lr in args.lrs]
+              for o in ("sft", "relay") for lr in args.lrs
+              if choice is None or (lr == choice[o] and not finished(args, o, 1))]
     run_lanes([("base", lambda say: base_job(args, say))] + pilots, args.lanes)
-    args.choice = {o: choose_rate(args.runs, o, args.lrs) for o in ("sft", "relay")}
-    runs.write_marker(os.path.join(args.out, "choice.json"), {
-        "rule": "per objective, the learning rate whose seed-1 run reaches the lowest validation loss",
-        "chosen": args.choice, "val_loss": {run_name(o, 1, lr): val_losses(os.path.join(args.runs, run_name(o, 1, lr)))
-                                            for o in ("sft", "relay") for lr in args.lrs}})
+    args.choice = choice or {o: choose_rate(args.runs, o, args.lrs) for o in ("sft", "relay")}
+    if choice is None:
+        runs.write_marker(os.path.join(args.out, "choice.json"), {
+            "rule": "per objective, the learning rate whose seed-1 run reaches the lowest validation loss",
+            "chosen": args.choice, "val_loss": {run_name(o, 1, lr): val_losses(os.path.join(args.runs, run_name(o, 1, lr)))
+                                                for o in ("sft", "relay") for lr in args.lrs}})
     print(f"learning rates chosen on validation: {args.choice}")
     jobs = [(run_name(o, s), lambda say, o=o, s=s: main_job(args, o, s, say)) for s in args.seeds for o in ("sft", "relay")]
     jobs += [(run_name(o, 1), lambda say, o=o: main_job(args, o, 1, say)) for o in args.extra]
