@@ -111,11 +111,13 @@ def save_checkpoint(ckpt: dict, path: str) -> None:
     os.replace(tmp, path)
 
 
-def load_checkpoint(path: str, map_location="cpu", required: tuple[str, ...] = ()) -> dict:
+def load_checkpoint(path: str, map_location="cpu", required: tuple[str, ...] = (), allow_unverified: bool = False
+                    ) -> dict:
     """torch.load (weights only) + checksum check; CheckpointError with one line on any problem.
 
-    required: keys the checkpoint must have (a file from another program lacks them). A checkpoint
-    written before checksums existed loads with a warning on stderr."""
+    required: keys the checkpoint must have (a file from another program lacks them). A checkpoint without a
+    checksum (written before checksums existed, or with its entry lost) is refused unless allow_unverified
+    (scripts/sudoku/export_reference.py --allow_unverified: a verified copy of a file you trust)."""
     if os.path.isdir(path):
         raise CheckpointError(f"{path} is a directory, not a checkpoint file")
     if not os.path.exists(path):
@@ -137,9 +139,13 @@ def load_checkpoint(path: str, map_location="cpu", required: tuple[str, ...] = (
         raise CheckpointError(f"{path} has no checksum and entries train_sudoku.py never writes "
                               f"({', '.join(sorted(map(repr, set(ckpt) - CHECKPOINT_KEYS)))}): it is damaged, or not "
                               "a train_sudoku.py checkpoint; restore it from a copy or retrain")
+    if saved is None and not allow_unverified:
+        raise CheckpointError(f"{path} has no checksum (written before checksums were added, or its entry is lost): "
+                              "its bytes cannot be verified; restore it from a copy, or export a verified copy of a file "
+                              f"you trust: python scripts/sudoku/export_reference.py --ckpt={path} --out=NEW.safetensors "
+                              "--allow_unverified")
     if saved is None:
-        print(f"warning: {path} has no checksum (written before checksums were added); its bytes are not verified",
-              file=sys.stderr)
+        print(f"warning: {path} has no checksum; its bytes are NOT verified (--allow_unverified)", file=sys.stderr)
     elif saved != checksum(ckpt):
         raise CheckpointError(f"{path} is corrupted: its contents do not match the sha256 checksum stored in it; "
                               "restore it from a copy or retrain")

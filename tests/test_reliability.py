@@ -251,11 +251,20 @@ def test_a_corrupted_checkpoint_is_refused_everywhere(tmp_path, capsys):
         sample.load_checkpoints(str(out), "cpu", True)
     with pytest.raises(ValueError, match="corrupted"):
         load_model(str(out))
-    # a checkpoint from before checksums loads, with a warning
+    # a checkpoint without its checksum (from before checksums, or with the entry lost) is refused in one line;
+    # export_reference.py --allow_unverified writes a verified copy, loudly, with the same weights
     torch.save({k: v for k, v in good.items() if k != "checksum"}, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="has no checksum") as e:
+        load_model(str(tmp_path / "old.pt"))
+    assert "\n" not in str(e.value) and "--allow_unverified" in str(e.value)
+    from scripts.sudoku import export_reference
+    with pytest.raises(SystemExit, match="has no checksum"):
+        export_reference.main([f"--ckpt={tmp_path / 'old.pt'}", f"--out={tmp_path / 'copy.safetensors'}"])
     capsys.readouterr()
-    load_model(str(tmp_path / "old.pt"))
-    assert "has no checksum" in capsys.readouterr().err
+    export_reference.main([f"--ckpt={tmp_path / 'old.pt'}", f"--out={tmp_path / 'copy.safetensors'}", "--allow_unverified"])
+    assert "NOT verified" in capsys.readouterr().err
+    copy, _ = load_model(str(tmp_path / "copy.safetensors"))
+    assert all(torch.equal(a, b) for a, b in zip(copy.state_dict().values(), common.model_from_checkpoint(good, "cpu", True).state_dict().values()))
 
 
 def test_checksum_covers_tensor_bytes_dtype_and_plain_values():

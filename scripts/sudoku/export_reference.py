@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ckpt", required=True, help="a train_sudoku.py out_dir or its ckpt.pt, or an exported "
                    ".safetensors file (written again with a digest and portable paths)")
     p.add_argument("--out", required=True, help="the .safetensors file to write")
-    p.add_argument("--allow_unverified", action="store_true", help="read an exported .safetensors file that has no "
-                   "sha256 (exported before digests were added, or damaged: only a file you trust) and write it with one")
+    p.add_argument("--allow_unverified", action="store_true", help="read a checkpoint or exported file that has no "
+                   "checksum (written before checksums were added, or damaged: only a file you trust) and write it with one")
     args = p.parse_args(argv)
     if not args.out.endswith(".safetensors"):
         raise SystemExit(f"--out {args.out}: give a path ending in .safetensors")
@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     path = os.path.join(args.ckpt, "ckpt.pt") if os.path.isdir(args.ckpt) else args.ckpt
     try:
-        ckpt = load_checkpoint(path, map_location="cpu", required=("model", "model_config", "step"))
+        ckpt = load_checkpoint(path, map_location="cpu", required=("model", "model_config", "step"),
+                               allow_unverified=args.allow_unverified)
     except (CheckpointError, ValueError, OSError) as e:
         raise SystemExit(f"--ckpt: {str(e).strip().splitlines()[0]}") from None
     if ckpt.get("ema") is None:
