@@ -130,8 +130,9 @@ def constant_checkpoint(path, digit: int = 5, conf: float = 0.9, objective: str 
         model.head.weight.zero_()
         model.head.weight[:, 0] = logp
     from dataclasses import asdict
-    torch.save({"model": model.state_dict(), "model_config": asdict(cfg), "ema": None,
-                "config": {"objective": objective, "tie_embeddings": False, "seed": seed}}, path)
+    from common import save_checkpoint
+    save_checkpoint({"model": model.state_dict(), "model_config": asdict(cfg), "ema": None,
+                "config": {"objective": objective, "tie_embeddings": False, "seed": seed}}, str(path))
     return str(path)
 
 

@@ -122,10 +122,11 @@ def test_cli_samples_per_puzzle_with_state_noise(tmp_path, capsys):
     settings the same checkpoint is another row of the table, never another seed of the same row.
     Catches: the knobs left out of the method grouping (tried: one row "2 seeds"; fails)."""
     from dataclasses import asdict
+    from common import save_checkpoint
     model = tiny_sudoku(relay=True, seed=2)
     ckpt = tmp_path / "r.pt"
-    torch.save({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
-                "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, ckpt)
+    save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
+                "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, str(ckpt))
     data, out = puzzle_csv(tmp_path / "p.csv"), tmp_path / "r.json"
     common = [f"--data={data}", "--n=3", "--taus=2.0", "--tau=2.0", "--device=cpu"]
     sample.main([f"--ckpt={ckpt}", *common, "--state_noise=1", "--samples_per_puzzle=3", f"--out={out}"])
