@@ -91,7 +91,7 @@ def test_profile_busy_time_is_per_step_and_covers_the_top_ops(monkeypatch, capsy
     assert wall_ms == 500.0
     top_ops_ms = sum(float(line.split("|")[3]) for line in out[out.index(head) + 3:] if line.startswith("| `"))
     assert top_ops_ms - 0.1 <= busy_ms < 2 * top_ops_ms + 1  # the top 15 hold most of a tiny step's op time
-    assert share == round(100 * busy_ms / wall_ms)
+    assert abs(share - 100 * busy_ms / wall_ms) < 1  # the share is printed from the unrounded busy time
 
 
 def test_sync_count_skips_the_debug_modes_own_notice(monkeypatch):

@@ -409,26 +409,36 @@ def _bad_inputs(tmp_path, plus: str):
     ] + ([(["--canonical=True", f"--data_path={plus}", f"--gt_cache_dir={d}/a_file"], "is a file")] if plus else [])
 
 
-def test_bad_inputs_fail_in_one_line_before_any_work(tmp_path, pytestconfig):
+def test_bad_inputs_fail_in_one_line_before_any_work(tmp_path, pytestconfig, capsys):
     """Every bad input: exit code != 0, one line on stderr naming the problem, no traceback, nothing
-    written. Checked: the eval_code.py before this change gave a traceback for --workers=-1 (after
-    scoring), a truncated .gz, an empty file and a directory as --data_path."""
+    written. The sweep calls main() in this process (a SystemExit carrying one line is what the command
+    prints; any other exception is the traceback a user would see); two cases also run as the command, so
+    the entry point itself is covered. Checked: the eval_code.py before this change gave a traceback for
+    --workers=-1 (after scoring), a truncated .gz, an empty file and a directory as --data_path; a
+    ValueError raised for --workers=-1 fails both the in-process and the command check."""
     plus = pytestconfig.getoption("--humanevalplus")
     cases = _bad_inputs(tmp_path, plus if os.path.isfile(plus) else "")
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
 
-    def run(case):
-        args, _ = case
+    def with_defaults(args):
         out = [] if any(a.startswith("--out_dir") for a in args) else [f"--out_dir={tmp_path}/fresh"]
-        out += [] if any(a.startswith("--sandbox") for a in args) else [SANDBOX]
-        return subprocess.run([sys.executable, "eval_code.py", *args, *out], cwd=ROOT, capture_output=True,
+        return [*args, *out] + ([] if any(a.startswith("--sandbox") for a in args) else [SANDBOX])
+
+    def command(args):
+        return subprocess.run([sys.executable, "eval_code.py", *with_defaults(args)], cwd=ROOT, capture_output=True,
                               text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    as_commands = [case for case in cases if case[0] in (["--workers=-1"], [f"--data_path={tmp_path}/empty.jsonl"])]
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(run, cases))
-    for (args, expected), p in zip(cases, results):
-        lines = [line for line in p.stderr.splitlines() if line.strip()]
-        assert p.returncode != 0 and "Traceback" not in p.stderr, (args, p.stderr[-2000:])
-        assert len(lines) == 1 and expected in lines[0], (args, lines)
+        for (args, expected), p in zip(as_commands, pool.map(command, [args for args, _ in as_commands])):
+            lines = [line for line in p.stderr.splitlines() if line.strip()]
+            assert p.returncode != 0 and "Traceback" not in p.stderr, (args, p.stderr[-2000:])
+            assert len(lines) == 1 and expected in lines[0], (args, lines)
+    for args, expected in cases:
+        with pytest.raises(SystemExit) as stop:
+            eval_code.main(with_defaults(args))
+        printed = capsys.readouterr().err + (stop.value.code if isinstance(stop.value.code, str) else "")
+        lines = [line for line in printed.splitlines() if line.strip()]
+        assert stop.value.code not in (0, None) and len(lines) == 1 and expected in lines[0], (args, lines)
     assert not (tmp_path / "fresh").exists()
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
 

@@ -20,6 +20,7 @@ from gpu_check import Part  # noqa: E402
 PY = sys.executable
 
 
+@pytest.mark.slow  # about 3-5 minutes of subprocesses on 2 cores: run with `pytest -m slow` and before a GPU loan
 def test_smoke_runs_every_part_and_reports_its_results(tmp_path):
     """Every part of the plan runs (status ok) and its results reach report.md. Fails when a part is
     dropped from the run or from the report, when a bench stops printing its table, or when the
