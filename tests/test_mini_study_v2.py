@@ -174,3 +174,17 @@ def test_a_damaged_choice_is_one_line(tmp_path):
     (tmp_path / "out" / "choice.json").write_text('{"chosen": {"sft": 0.002, "relay": 0.001}}')
     with pytest.raises(SystemExit, match="choice.json does not hold a choice among --lrs=0.0003,0.001"):
         mini_study_v2.kept_choice(args)
+
+
+def test_each_kept_result_names_the_device_it_was_decoded_on(tmp_path, monkeypatch):
+    """A GPU loan's seeds are kept beside the CPU's in one schema, so every result says where it ran, and the decode
+    ran there (failed with the device left out of the kept record, and with --device not passed to eval_code.py)."""
+    m = mini_study_v2
+    args = m.parse_args([f"--out={tmp_path / 'out'}", f"--runs={tmp_path / 'runs'}"])
+    args.device = "cuda"
+    commands, kept = [], []
+    monkeypatch.setattr(m.runs, "sh", lambda cmd, **kw: commands.append(cmd))
+    monkeypatch.setattr(m.mini_report, "compact", lambda out, path, meta: kept.append(meta))
+    m.evaluate(args, "model_dir", "relay_s2", 300, True, [("test", 0.85), ("val", 0.85)])
+    assert [meta["device"] for meta in kept] == ["cuda", "cuda"]
+    assert all("--device=cuda" in cmd for cmd in commands) and "--limit=200" in commands[1]

@@ -12,7 +12,8 @@ choice.json did not choose:
 0. the data: `python -m fastdllm.mini_data` (corpus and tokenizer), `python -m fastdllm.mini_data_v2` (the
    multi-step tasks: train, validation, test in trained and in held-out wording; stage B's mixture);
 A. the pretrained model, shared with v1 (reference/mini/pretrain; scripts/table2/mini_study.py makes it);
-B. adaptation on docstring pairs: `train_fastdllm.py config/fastdllm_mini2_adapt.py`, kept in --kept as bf16;
+B. adaptation on docstring pairs and 8,000 task rows of training compositions: `train_fastdllm.py
+   config/fastdllm_mini2_adapt.py`, kept in --kept as bf16;
 P. the pilot: SFT and Relay, seed 1, at each learning rate of --lrs; each method's rate is the one whose run reaches
    the lower validation loss (choice.json); the chosen run is that method's seed 1;
 C. SFT and Relay at their chosen rate with the other --seeds, then the --extra objectives (seed 1, Relay's rate);
@@ -40,7 +41,10 @@ LRS = (3e-4, 1e-3)
 TAUS = (0.7, 0.85, 0.95)
 EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=224", "--batch_size=32",
              "--dtype=float32", "--workers=1", "--decode=authors"]
-SMOKE_DATA = ["--n_train=300", "--n_val=8", "--n_val_rows=4", "--n_test=8"]
+# Stage B's mixture holds this many task rows of training compositions (none of the validation or test programs):
+# the pre-registered band check failed without them (docs/table2_v2_protocol.md, "Added after the first pilot")
+ADAPT_TASKS = 8000
+SMOKE_DATA = ["--n_train=300", "--n_adapt_tasks=30", "--n_val=8", "--n_val_rows=4", "--n_test=8"]
 SMOKE_FINETUNE = ["--max_iters=4", "--save_interval=2", "--val_interval=2", "--warmup_iters=1", "--lr_decay_iters=4",
                   "--device_batch_size=2", "--effective_batch=0"]
 
@@ -106,7 +110,8 @@ def evaluate(args: argparse.Namespace, model_dir: str, name: str, step: int, car
                  f"--threshold={tau}", f"--relay_carry={carry}", f"--out_dir={out}",
                  f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS, f"--device={args.device}"],
                 log=os.path.join(args.runs, "eval", f"{name}.log"), echo=False)
-        mini_report.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry))
+        mini_report.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry,
+                                            device=args.device))
 
 
 def finish(args: argparse.Namespace, objective: str, seed: int, run_dir: str, name: str, say) -> None:
@@ -207,7 +212,7 @@ def prepare(args: argparse.Namespace) -> None:
     """The data, stage A (v1's, kept) and stage B."""
     runs.sh([PY, "-m", "fastdllm.mini_data", f"--out_dir={args.corpus_dir}"])
     runs.sh([PY, "-m", "fastdllm.mini_data_v2", f"--corpus_dir={args.corpus_dir}", f"--out_dir={args.data_dir}",
-             *(SMOKE_DATA if args.smoke else [])])
+             *(SMOKE_DATA if args.smoke else [f"--n_adapt_tasks={ADAPT_TASKS}"])])
     os.makedirs(os.path.join(args.runs, "eval"), exist_ok=True)
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))
     stage_b(args)
