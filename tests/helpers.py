@@ -129,10 +129,16 @@ def constant_checkpoint(path, digit: int = 5, conf: float = 0.9, objective: str 
         model.final_norm.bias[0] = 1.0
         model.head.weight.zero_()
         model.head.weight[:, 0] = logp
+    return write_checkpoint(path, model, objective, seed)
+
+
+def write_checkpoint(path, model, objective: str = "relay", seed: int = 1, ema_shadow: dict | None = None) -> str:
+    """model as train_sudoku.py writes it (checksummed by common.save_checkpoint), with the entries loaders read."""
     from dataclasses import asdict
     from common import save_checkpoint
-    save_checkpoint({"model": model.state_dict(), "model_config": asdict(cfg), "ema": None,
-                "config": {"objective": objective, "tie_embeddings": False, "seed": seed}}, str(path))
+    save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config),
+                     "ema": {"shadow": ema_shadow, "num_updates": 1} if ema_shadow else None,
+                     "config": {"objective": objective, "tie_embeddings": False, "seed": seed}}, str(path))
     return str(path)
 
 

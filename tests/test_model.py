@@ -102,11 +102,8 @@ def test_dropout_only_in_training(device):
 
 
 def save_ckpt(path, model, ema_shadow=None):
-    from dataclasses import asdict
-    from common import save_checkpoint
-    save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config),
-                "ema": {"shadow": ema_shadow, "num_updates": 1} if ema_shadow else None,
-                "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, str(path))
+    from helpers import write_checkpoint
+    write_checkpoint(path, model, ema_shadow=ema_shadow)
 
 
 def test_load_model_round_trip_and_ema(tmp_path, device):

@@ -13,7 +13,8 @@ import torch
 import sample
 import sudoku.decode
 import sudoku.report
-from helpers import ScriptedDenoiser, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny_sudoku
+from helpers import (ScriptedDenoiser, constant_checkpoint, fixed_rule, make_puzzles, one_puzzle, puzzle_csv, tiny_sudoku,
+                     write_checkpoint)
 
 
 # ----------------------------------------------------------------------------- temperature
@@ -121,12 +122,7 @@ def test_cli_samples_per_puzzle_with_state_noise(tmp_path, capsys):
     avg@3 and NFE@3; --out records the knobs per checkpoint, and merged with a decode at the paper's
     settings the same checkpoint is another row of the table, never another seed of the same row.
     Catches: the knobs left out of the method grouping (tried: one row "2 seeds"; fails)."""
-    from dataclasses import asdict
-    from common import save_checkpoint
-    model = tiny_sudoku(relay=True, seed=2)
-    ckpt = tmp_path / "r.pt"
-    save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
-                "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, str(ckpt))
+    ckpt = write_checkpoint(tmp_path / "r.pt", tiny_sudoku(relay=True, seed=2))
     data, out = puzzle_csv(tmp_path / "p.csv"), tmp_path / "r.json"
     common = [f"--data={data}", "--n=3", "--taus=2.0", "--tau=2.0", "--device=cpu"]
     sample.main([f"--ckpt={ckpt}", *common, "--state_noise=1", "--samples_per_puzzle=3", f"--out={out}"])

@@ -270,12 +270,8 @@ def test_table_nfe_columns_do_not_change_with_batch_size(tmp_path, capsys):
     """sample.py --table prints the same Table 1 NFE (batch-1 count) and batch-512 count at --batch_size=1
     and --batch_size=4, while the measured batch count (bNFE) does change with it.
     Catches: the table's Mean NFE column read from the batch count at --batch_size (tried: fails)."""
-    from dataclasses import asdict
-    from common import save_checkpoint
-    model = tiny_relay(1)
-    ckpt = tmp_path / "relay.pt"
-    save_checkpoint({"model": model.state_dict(), "model_config": asdict(model.config), "ema": None,
-                "config": {"objective": "relay", "tie_embeddings": False, "seed": 1}}, str(ckpt))
+    from helpers import write_checkpoint
+    ckpt = write_checkpoint(tmp_path / "relay.pt", tiny_relay(1))
     q = real_puzzles(6, 60)
     from sudoku.board import format_board, tokens_to_digits
     data = tmp_path / "p.csv"
