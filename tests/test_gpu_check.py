@@ -221,7 +221,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, tests, train_profile, standin_study"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, mini2_seeds, tests, train_profile, standin_study"):
         run(tmp_path, "--parts=nope")
 
 
@@ -236,6 +236,11 @@ def check_arguments(cmd: list[str]) -> None:
     script, args = args[0], args[1:]
     if script == "-m":  # pytest: its own options are checked by pytest itself; --device by conftest
         assert args[0] == "pytest"
+    elif script == "-c":  # a copy of kept results: the source is in the repository
+        assert os.path.isdir(os.path.join(ROOT, args[1])), args
+    elif script == "scripts/table2/mini_study_v2.py":
+        from scripts.table2 import mini_study_v2
+        mini_study_v2.parse_args(args)
     elif script == "train_sudoku.py":
         train_sudoku.check_config(load_config(train_sudoku.TrainConfig, args))
     elif script == "train_fastdllm.py":
@@ -264,7 +269,7 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 35
+    assert len(commands) == 37
     for cmd in commands:
         check_arguments(cmd)
 

@@ -1,5 +1,7 @@
 """Table 2 in miniature v2: the schedule that ends, the validation loss, the checkpoint and rate chosen on validation,
 the clipped-step share, and the report's interval."""
+import gzip
+import hashlib
 import json
 import math
 import os
@@ -180,11 +182,57 @@ def test_each_kept_result_names_the_device_it_was_decoded_on(tmp_path, monkeypat
     """A GPU loan's seeds are kept beside the CPU's in one schema, so every result says where it ran, and the decode
     ran there (failed with the device left out of the kept record, and with --device not passed to eval_code.py)."""
     m = mini_study_v2
-    args = m.parse_args([f"--out={tmp_path / 'out'}", f"--runs={tmp_path / 'runs'}"])
+    args = m.parse_args([f"--out={tmp_path / 'out'}", f"--runs={tmp_path / 'runs'}", "--lanes=8"])
     args.device = "cuda"
+    monkeypatch.setattr(m.os, "cpu_count", lambda: 16)  # a GPU machine's cores, shared by the lanes' judging
     commands, kept = [], []
     monkeypatch.setattr(m.runs, "sh", lambda cmd, **kw: commands.append(cmd))
     monkeypatch.setattr(m.mini_report, "compact", lambda out, path, meta: kept.append(meta))
     m.evaluate(args, "model_dir", "relay_s2", 300, True, [("test", 0.85), ("val", 0.85)])
     assert [meta["device"] for meta in kept] == ["cuda", "cuda"]
-    assert all("--device=cuda" in cmd for cmd in commands) and "--limit=200" in commands[1]
+    assert all("--device=cuda" in cmd and "--workers=2" in cmd for cmd in commands) and "--limit=200" in commands[1]
+    args.device = "cpu"  # on the CPU each lane owns one core
+    m.evaluate(args, "model_dir", "relay_s3", 300, True, [("test", 0.85)])
+    assert "--workers=1" in commands[-1]
+
+
+def write_data(folder, texts: dict) -> None:
+    os.makedirs(folder, exist_ok=True)
+    for name, text in texts.items():
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(text)
+
+
+def test_the_study_reads_only_the_data_its_kept_results_were_scored_on(tmp_path):
+    """The first build's sha256 are kept beside the results; a rebuilt file that differs (a changed generator) stops
+    the study in one line naming it (failed with the comparison left out: the changed test file was used)."""
+    m = mini_study_v2
+    data, out = tmp_path / "data", tmp_path / "out"
+    write_data(data, {name: f"rows of {name}\n" for name in m.STUDY_FILES})
+    m.check_data(str(data), str(out))
+    kept = json.load(open(out / "data.json"))["sha256"]
+    assert kept["test.jsonl"] == hashlib.sha256(b"rows of test.jsonl\n").hexdigest()
+    m.check_data(str(data), str(out))  # the same files pass
+    write_data(data, {"test.jsonl": "other rows\n"})
+    with pytest.raises(SystemExit, match=r"data: test.jsonl differ from the data the results in .*out were scored on"):
+        m.check_data(str(data), str(out))
+
+
+def test_prebuilt_data_is_unpacked_then_checked_and_missing_files_are_one_line(tmp_path):
+    """A GPU loan carries the files gzipped: each is unpacked to the very bytes kept (failed with the .gz read as
+    it is: the sha256 check refused the copy), and a file carried neither way stops the study in one line."""
+    m = mini_study_v2
+    built, carried, out = tmp_path / "built", tmp_path / "carried", tmp_path / "out"
+    texts = {name: f"rows of {name}\n" * 50 for name in m.STUDY_FILES}
+    write_data(built, texts)
+    m.check_data(str(built), str(out))
+    os.makedirs(carried)
+    for name, text in texts.items():
+        with gzip.open(carried / f"{name}.gz", "wt") as f:
+            f.write(text)
+    m.unpack_prebuilt(str(carried))
+    m.check_data(str(carried), str(out))
+    os.remove(carried / "val.jsonl")
+    os.remove(carried / "val.jsonl.gz")
+    with pytest.raises(SystemExit, match="--prebuilt: .*carried holds no val.jsonl"):
+        m.unpack_prebuilt(str(carried))

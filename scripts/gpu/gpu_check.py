@@ -6,7 +6,8 @@
     python scripts/gpu/gpu_check.py --parts=standin_pair --pack=$OUT   # a loan's first command, its files in $OUT
 
 The parts run in order of value (docs/gpu.md): the paper's 7.1M model trained on the stand-in, MLM
-against Relay (scripts/gpu/gpu_standin.py), the test suite on the device, Table 1 training speed (eager,
+against Relay (scripts/gpu/gpu_standin.py), the seeds of the Table 2 miniature v2 the kept results lack
+(scripts/table2/mini_study_v2.py), the test suite on the device, Table 1 training speed (eager,
 compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
 Fast-dLLM v2 at the 1.5B shape (a ZeRO-3 step per objective, Figure 3's memory, decoding speed). Each
 part is one or more commands with a time limit; its result goes to out_dir/<part>.json, and a part
@@ -56,6 +57,7 @@ class Part:
 # ----------------------------------------------------------------------------- the parts
 
 BENCH = r"^\||^device:|^#+ |after the timed ones"
+MINI2_DATA = "data/mini2-gpu"  # the v2 study's data, gzipped (scripts/gpu/gpu_prepare.sh)
 STANDIN_DATA = "data/sudoku-standin-gpu"  # the stand-in's files training and evaluation read (docs/gpu.md)  # bench_train.py: its setting line, tables and profile headings
 
 
@@ -154,6 +156,19 @@ def plan(smoke: bool, work: str) -> list[Part]:
             return [[PY, "scripts/gpu/gpu_standin.py", "--smoke", f"--data_dir={work}/standin_data", *where]]
         return [[PY, "scripts/gpu/gpu_standin.py", f"--data_dir={STANDIN_DATA}", *where]]
 
+    def mini2_seeds() -> list[list[str]]:
+        """The v2 code-task study continued on the device (scripts/table2/mini_study_v2.py): the repository's kept
+        results copied beside the report first, so only the seeds they lack run, every lane at once on the data
+        carried by scripts/gpu/gpu_prepare.sh. Smoke: the copy and the report only, of the first pilot's kept pair
+        (training needs the corpus, which CI does not build)."""
+        out = os.path.join(os.path.dirname(work), "mini_study_v2")
+        copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
+                "results/mini_study_v2" + ("_first_pilot" if smoke else ""), out]
+        if smoke:
+            return [copy, [PY, "scripts/table2/mini_study_v2.py", "--report_only", f"--out={out}"]]
+        return [copy, [PY, "scripts/table2/mini_study_v2.py", "--device=cuda", "--lanes=8", "--prebuilt",
+                       f"--data_dir={MINI2_DATA}", f"--runs={work}/mini2_runs", f"--out={out}"]]
+
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
             ["--shape=1.5b", "--device=cuda", "--batch_size=32"]
@@ -167,6 +182,9 @@ def plan(smoke: bool, work: str) -> list[Part]:
         Part("standin_pair", "The paper's 7.1M model on the stand-in: MLM against Relay, compute-matched, side by side",
              standin_pair, 540, 480, r"^\| test hard cohort \|", summarize=lambda w: "![crossover](gpu_standin/"
              "standin_crossover.png)\n\n![ladder](gpu_standin/standin_ladder.png)"),
+        # then the Table 2 study's seeds, which take the CPU about 10 hours (resumable: a second command continues)
+        Part("mini2_seeds", "Table 2 in miniature v2: the SFT and Relay seeds the kept results lack, every lane at once",
+             mini2_seeds, 540, 420, r"mean NFE per test task at tau 0.85", keep=r"^\||^Relay - SFT"),
         # then what has never run on a GPU, or failed there (the device tests, fixed since the H200 run)
         Part("tests", "Test suite on the device", tests, 480, 100, r"\d+ passed",
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What a GPU loan needs carried, built here on the CPU (docs/gpu.md): the stand-in's files for the 7.1M pair
-# (scripts/gpu/gpu_standin.py) and the stand-in study, checked against the CPU study's puzzles, and the wheels.
+# (scripts/gpu/gpu_standin.py) and the stand-in study, checked against the CPU study's puzzles; the v2 code-task
+# study's data, checked against its kept results and gzipped; and the wheels.
 #
-#     bash scripts/gpu/gpu_prepare.sh      # -> data/sudoku-standin-gpu/ (32 MB) and gpu_wheels/ (11 MB), both gitignored
+#     bash scripts/gpu/gpu_prepare.sh      # -> data/sudoku-standin-gpu/ (32 MB), data/mini2-gpu/ (4 MB) and
+#                                          #    gpu_wheels/ (11 MB), all gitignored
 #
 # Where data/sudoku-standin/ is missing it is built first (`prepare_data.py --source=standin`, about 23 minutes
 # on 2 cores; it needs larsdoku, else it builds other hard puzzles and the check below refuses them).
@@ -23,7 +25,19 @@ for f in train.npy val.npy test.npy meta.json top1465.parquet test.parquet test_
 done
 # the puzzles the full protocol scores must be the CPU study's, or the two pairs are not read side by side
 "$PY" scripts/gpu/gpu_standin.py --check_only --data_dir="$OUT"
+# the v2 study's data as its GPU part reads it (mini_study_v2.py --prebuilt): what stages C and D read, the files
+# the kept results were scored on (checked here and again on the device), gzipped to fit the 64 MiB carried
+if [ -f data/mini2/build.json ]; then
+    "$PY" -c "from scripts.table2 import mini_study_v2 as m; m.check_data('data/mini2', 'results/mini_study_v2')"
+    mkdir -p data/mini2-gpu
+    for f in train.jsonl val.jsonl val_rows.jsonl test.jsonl test_reworded.jsonl; do
+        gzip -9 -c "data/mini2/$f" > "data/mini2-gpu/$f.gz"
+    done
+else
+    echo "gpu_prepare.sh: data/mini2 is not built (python scripts/table2/mini_study_v2.py builds it first), so the" \
+         "GPU check's mini2_seeds part has no data to carry" >&2
+fi
 if [ "${NO_WHEELS:-0}" != 1 ]; then
     bash scripts/gpu/gpu_wheels.sh
 fi
-du -sh "$OUT" gpu_wheels 2>/dev/null || true
+du -sh "$OUT" data/mini2-gpu gpu_wheels 2>/dev/null || true

@@ -3,14 +3,15 @@
     python scripts/table2/mini_study_v2.py                  # all of it, resumable (2 cores: about 14 h)
     python scripts/table2/mini_study_v2.py --report_only    # the report from the kept JSONs (--out)
     python scripts/table2/mini_study_v2.py --smoke          # toy sizes: the whole pipeline in a few minutes
-    python scripts/table2/mini_study_v2.py --device=cuda --lanes=8 --out=results/mini_study_v2_gpu   # on one GPU
+    python scripts/table2/mini_study_v2.py --device=cuda --lanes=8 --prebuilt --data_dir=data/mini2-gpu   # one GPU (docs/gpu.md)
 
 The protocol, fixed before the seeds ran, is docs/table2_v2_protocol.md. Each step is skipped when its output is
 there, so a killed study resumes with the same command; on another machine, where only what the repository keeps
 is there (--out, --kept), a run whose every result is kept is not trained again, nor a pilot run the kept
 choice.json did not choose:
 0. the data: `python -m fastdllm.mini_data` (corpus and tokenizer), `python -m fastdllm.mini_data_v2` (the
-   multi-step tasks: train, validation, test in trained and in held-out wording; stage B's mixture);
+   multi-step tasks: train, validation, test in trained and in held-out wording; stage B's mixture), or with
+   --prebuilt the files carried; what C and D read must match the sha256 kept in --out/data.json;
 A. the pretrained model, shared with v1 (reference/mini/pretrain; scripts/table2/mini_study.py makes it);
 B. adaptation on docstring pairs and 8,000 task rows of training compositions: `train_fastdllm.py
    config/fastdllm_mini2_adapt.py`, kept in --kept as bf16;
@@ -31,6 +32,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import common  # noqa: E402
 from scripts import runs  # noqa: E402
 from scripts.table2 import mini_report, mini_report_v2, mini_study  # noqa: E402
 
@@ -40,7 +42,7 @@ CARRY = mini_study.CARRY
 LRS = (3e-4, 1e-3)
 TAUS = (0.7, 0.85, 0.95)
 EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=224", "--batch_size=32",
-             "--dtype=float32", "--workers=1", "--decode=authors"]
+             "--dtype=float32", "--decode=authors"]
 # Stage B's mixture holds this many task rows of training compositions (none of the validation or test programs):
 # the pre-registered band check failed without them (docs/table2_v2_protocol.md, "Added after the first pilot")
 ADAPT_TASKS = 8000
@@ -97,6 +99,12 @@ def protocol(args: argparse.Namespace) -> list[tuple[str, float]]:
     return [("test", tau) for tau in args.taus] + [("reworded", 0.85), ("val", 0.85)]
 
 
+def judge_workers(args: argparse.Namespace) -> int:
+    """Processes that run the tests of one evaluation: on the CPU one per lane (a lane owns a core and decodes
+    or judges); on a GPU the decoding is not on the cores, so the lanes share them all for the judging."""
+    return 1 if args.device == "cpu" else max(1, (os.cpu_count() or 1) // args.lanes)
+
+
 def evaluate(args: argparse.Namespace, model_dir: str, name: str, step: int, carry: bool,
              jobs: list[tuple[str, float]]) -> None:
     """eval_code.py for each (protocol, tau) of jobs; each result kept as one JSON (mini_report.result_path)."""
@@ -108,7 +116,8 @@ def evaluate(args: argparse.Namespace, model_dir: str, name: str, step: int, car
         limit = [f"--limit={args.val_tasks}"] if protocol == "val" else []
         runs.sh([PY, "eval_code.py", f"--model={model_dir}", f"--data_path={args.data_dir}/{FILES[protocol]}", *limit,
                  f"--threshold={tau}", f"--relay_carry={carry}", f"--out_dir={out}",
-                 f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS, f"--device={args.device}"],
+                 f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS, f"--device={args.device}",
+                 f"--workers={judge_workers(args)}"],
                 log=os.path.join(args.runs, "eval", f"{name}.log"), echo=False)
         mini_report.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry,
                                             device=args.device))
@@ -208,20 +217,64 @@ def run_lanes(jobs: list[tuple[str, object]], lanes: int) -> None:
         raise SystemExit("the study stopped: " + "; ".join(failures))
 
 
+# what stages C and D read: each must be the file the kept results were scored on (--out/data.json)
+STUDY_FILES = ("train.jsonl", "val.jsonl", "val_rows.jsonl", "test.jsonl", "test_reworded.jsonl")
+
+
 def prepare(args: argparse.Namespace) -> None:
-    """The data, stage A (v1's, kept) and stage B."""
-    runs.sh([PY, "-m", "fastdllm.mini_data", f"--out_dir={args.corpus_dir}"])
-    runs.sh([PY, "-m", "fastdllm.mini_data_v2", f"--corpus_dir={args.corpus_dir}", f"--out_dir={args.data_dir}",
-             *(SMOKE_DATA if args.smoke else [f"--n_adapt_tasks={ADAPT_TASKS}"])])
+    """The data (built, or carried with --prebuilt), stage A (v1's, kept) and stage B."""
+    if args.prebuilt:
+        unpack_prebuilt(args.data_dir)
+    else:
+        runs.sh([PY, "-m", "fastdllm.mini_data", f"--out_dir={args.corpus_dir}"])
+        runs.sh([PY, "-m", "fastdllm.mini_data_v2", f"--corpus_dir={args.corpus_dir}", f"--out_dir={args.data_dir}",
+                 *(SMOKE_DATA if args.smoke else [f"--n_adapt_tasks={ADAPT_TASKS}"])])
+    check_data(args.data_dir, args.out)
     os.makedirs(os.path.join(args.runs, "eval"), exist_ok=True)
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))
     stage_b(args)
+
+
+def unpack_prebuilt(data_dir: str) -> None:
+    """--prebuilt: the files carried to a machine that cannot build them (a GPU loan: no corpus, 64 MiB), each as
+    itself or gzipped (scripts/gpu/gpu_prepare.sh); a gzipped one is unpacked beside itself."""
+    import gzip
+    import shutil
+    for name in STUDY_FILES:
+        path = os.path.join(data_dir, name)
+        if not os.path.exists(path) and os.path.exists(path + ".gz"):
+            with gzip.open(path + ".gz", "rb") as src, open(path + ".tmp", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(path + ".tmp", path)
+        if not os.path.exists(path):
+            raise SystemExit(f"--prebuilt: {data_dir} holds no {name} (nor {name}.gz): carry the study's data "
+                             "(bash scripts/gpu/gpu_prepare.sh)")
+
+
+def check_data(data_dir: str, out: str) -> None:
+    """Stages C and D read only files whose sha256 is the one in --out/data.json, kept with the results the first
+    time the data is built: a generator changed since, or a damaged copy, stops the study in one line instead of
+    mixing results of two data sets."""
+    found = {name: common.file_sha256(os.path.join(data_dir, name)) for name in STUDY_FILES}
+    kept = os.path.join(out, "data.json")
+    if not os.path.exists(kept):
+        os.makedirs(out, exist_ok=True)
+        return runs.write_marker(kept, {"files": "what stages C and D read (scripts/table2/mini_study_v2.py)",
+                                        "sha256": found})
+    with open(kept) as f:
+        expected = json.load(f)["sha256"]
+    wrong = [name for name in STUDY_FILES if found[name] != expected.get(name)]
+    if wrong:
+        raise SystemExit(f"{data_dir}: {', '.join(wrong)} differ from the data the results in {out} were scored on "
+                         f"({kept}): rebuild the data as the study did, or use another --out")
 
 
 def stage_b(args: argparse.Namespace) -> None:
     kept = os.path.join(args.kept, "adapt")
     if mini_study.is_complete(kept):
         return print(f"stage B: {kept} is kept, skipped")
+    if args.prebuilt:
+        raise SystemExit(f"--prebuilt: stage B is not kept in {kept}, and its data is not carried")
     out = os.path.join(args.runs, "adapt")
     procs = mini_study.processes(args)
     per_process = max(1, 4 // procs) if procs in (1, 2, 4) else 1
@@ -269,6 +322,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="results/mini_study_v2", help="kept results and the report")
     p.add_argument("--report_only", action="store_true")
     p.add_argument("--smoke", action="store_true", help="toy sizes from the real corpus and stage A, in runs/mini2-smoke")
+    p.add_argument("--prebuilt", action="store_true", help="use the data carried in --data_dir (files or .gz) instead "
+                   "of building it; stage B must be kept (a GPU loan: docs/gpu.md)")
     args = p.parse_args(argv)
     args.seeds = runs.seed_list(args.seeds, "--seeds")
     runs.need(1 in args.seeds, "--seeds", "a list that holds 1 (the pilot's seed)", args.seeds)
