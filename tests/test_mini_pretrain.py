@@ -1,6 +1,7 @@
 """Table 2 in miniature, stage A (scripts/table2/pretrain_ar.py): the loss, resuming, and the checkpoint stage B reads."""
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -93,3 +94,17 @@ def test_bad_settings_are_refused_in_one_line(data_dir, tmp_path, capsys):
         pretrain_ar.main([f"--data_dir={tmp_path}", f"--out_dir={tmp_path / 'y'}"])
     assert "python -m fastdllm.mini_data" in str(e.value)
     assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "y")
+
+
+def test_a_stream_of_another_tokenizer_is_refused_in_one_line(data_dir, tmp_path):
+    """A token id the tokenizer does not have would index past the embedding inside the first step: refused before
+    any work (failed without the check: the run trained on, no error raised)."""
+    bad = tmp_path / "data"
+    shutil.copytree(data_dir, bad)
+    tokens = np.fromfile(bad / "train.bin", dtype=np.uint16)
+    tokens[len(tokens) // 2] = 300  # the tokenizer has ids 0-299
+    tokens.tofile(bad / "train.bin")
+    with pytest.raises(SystemExit) as e:
+        run(bad, tmp_path / "out", "--max_iters=2")
+    assert "train.bin holds token id 300, outside the tokenizer's 300 ids" in str(e.value) and "\n" not in str(e.value)
+

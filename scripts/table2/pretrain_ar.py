@@ -190,6 +190,15 @@ def check_token_files(cfg: PretrainConfig) -> None:
                              f"seq_len={cfg.seq_len} (needs {least}): lower seq_len or give more data")
 
 
+def check_token_ids(tokens: np.ndarray, vocab_size: int, path: str) -> None:
+    """Every id must index the embedding: a stream written with another tokenizer stops here in one line, not as
+    an index error inside the first step (a device-side assert on CUDA)."""
+    top = int(tokens.max())
+    if top >= vocab_size:
+        raise SystemExit(f"pretrain_ar.py: {path} holds token id {top}, outside the tokenizer's {vocab_size} ids: "
+                         "build the stream and the tokenizer together (python -m fastdllm.mini_data)")
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cfg = load_config(PretrainConfig, argv)
@@ -206,6 +215,8 @@ def train(cfg: PretrainConfig) -> None:
     tokenizer = AutoTokenizer.from_pretrained(os.path.join(cfg.data_dir, "tokenizer"))
     train_tokens = np.memmap(os.path.join(cfg.data_dir, "train.bin"), dtype=np.uint16, mode="r")
     heldout_tokens = np.memmap(os.path.join(cfg.data_dir, "heldout.bin"), dtype=np.uint16, mode="r")
+    for name, tokens in (("train.bin", train_tokens), ("heldout.bin", heldout_tokens)):
+        check_token_ids(tokens, len(tokenizer), os.path.join(cfg.data_dir, name))
     model = build_model(cfg, tokenizer).to(cfg.device)
     print(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; {len(train_tokens) / 1e6:.2f}M train "
           f"tokens, {len(heldout_tokens) / 1e6:.2f}M held out; {cfg.max_iters * cfg.batch_size * cfg.seq_len / 1e6:.1f}M "
