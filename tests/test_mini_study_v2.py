@@ -127,6 +127,20 @@ def test_the_primary_interval_and_its_verdict_by_hand():
     assert "NOT decisive" in "\n".join(mini_report_v2.primary(sft + wide))
 
 
+def test_a_report_made_while_seeds_run_names_each_pair_by_its_own_seed():
+    """While the study runs, SFT's seed 2 may be kept before Relay's: the per-seed line pairs seed 3 with seed 3
+    (failed with the labels taken from every SFT seed: s2 was printed with seed 3's numbers)."""
+    def result(model, nfe, device="cpu"):
+        return {"model": model, "protocol": "test", "tau": 0.85, "step": 300, "nfe": [nfe], "plus": [1], "base": [1],
+                "task_ids": ["mini2/test/0"], "device": device}
+    results = [result("sft_s1", 40.0), result("relay_s1", 44.0), result("sft_s2", 50.0),
+               result("sft_s3", 60.0, "cuda"), result("relay_s3", 57.0, "cuda")]
+    text = "\n".join(mini_report_v2.primary(results))
+    assert "s1: 40.00, 44.00, +4.00; s3: 60.00, 57.00, -3.00" in text and "s2" not in text
+    assert mini_report_v2.devices(results) == "cpu: relay_s1, sft_s1, sft_s2; cuda: relay_s3, sft_s3"
+    assert mini_report_v2.devices(results[:3]) == "cpu, every result"
+
+
 def test_an_error_in_one_lane_stops_the_study_in_one_line_naming_the_job():
     """Any exception, not only a failed command's SystemExit: the other lane takes no new job and the study exits
     non-zero (failed with lanes catching SystemExit only: the thread died, the study went on)."""

@@ -46,11 +46,21 @@ def seeds_of(results: list[dict], method: str) -> list[int]:
     return sorted({int(r["model"].rsplit("_s", 1)[1]) for r in results if method_of(r["model"]) == method})
 
 
-def seed_diffs(results: list[dict], key, a: str = "sft", b: str = "relay") -> tuple[list[float], list[float]]:
-    """(per-seed b - a of key(result) at tau 0.85 on the test tasks, a's values) over the seeds both have."""
+def seed_diffs(results: list[dict], key, a: str = "sft", b: str = "relay") -> tuple[list[int], list[float], list[float]]:
+    """(the seeds both have, per-seed b - a of key(result) at tau 0.85 on the test tasks, a's values)."""
     test = by_model(results, "test", TAU)
     seeds = [s for s in seeds_of(results, a) if f"{a}_s{s}" in test and f"{b}_s{s}" in test]
-    return [key(test[f"{b}_s{s}"]) - key(test[f"{a}_s{s}"]) for s in seeds], [key(test[f"{a}_s{s}"]) for s in seeds]
+    return seeds, [key(test[f"{b}_s{s}"]) - key(test[f"{a}_s{s}"]) for s in seeds], [key(test[f"{a}_s{s}"]) for s in seeds]
+
+
+def devices(results: list[dict]) -> str:
+    """Where the results were decoded: one device for all, or each device's runs."""
+    runs: dict[str, set] = {}
+    for r in results:
+        runs.setdefault(r.get("device", "not recorded"), set()).add(r["model"])
+    if len(runs) == 1:
+        return f"{next(iter(runs))}, every result"
+    return "; ".join(f"{d}: {', '.join(sorted(models))}" for d, models in sorted(runs.items()))
 
 
 def nfe(r: dict) -> float:
@@ -81,7 +91,7 @@ def table(results: list[dict]) -> list[str]:
 
 
 def primary(results: list[dict]) -> list[str]:
-    diffs, sft = seed_diffs(results, nfe)
+    seeds, diffs, sft = seed_diffs(results, nfe)
     if not diffs:
         return ["no seed has both an SFT and a Relay result at tau 0.85 yet"]
     m, lo, hi = interval(diffs)
@@ -91,11 +101,11 @@ def primary(results: list[dict]) -> list[str]:
             f"(95% interval {lo:+.2f} to {hi:+.2f}; SFT's mean NFE {mean(sft):.2f}, so ±10% is ±{bound:.2f}): "
             + ("decisive" if decisive else "NOT decisive: add seeds"),
             "", "Per seed (SFT, Relay, difference): " + "; ".join(
-                f"s{s}: {a:.2f}, {a + d:.2f}, {d:+.2f}" for s, a, d in zip(seeds_of(results, "sft"), sft, diffs))]
+                f"s{s}: {a:.2f}, {a + d:.2f}, {d:+.2f}" for s, a, d in zip(seeds, sft, diffs))]
 
 
 def secondary(results: list[dict]) -> list[str]:
-    diffs, sft = seed_diffs(results, plus)
+    _, diffs, _ = seed_diffs(results, plus)
     if not diffs:
         return []
     m, lo, hi = interval(diffs)
@@ -158,7 +168,7 @@ def plot_frontier(results: list[dict], path: str) -> None:
 def report(out: str, figures: str | None = None) -> str:
     results = mini_report.load(out)
     lines = ["# Table 2 in miniature v2: report", "", "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder alone.",
-             "", f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; each run's step chosen on validation)", "",
+             f"Decoded on: {devices(results)}.", "", f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; each run's step chosen on validation)", "",
              *table(results), "", "## Primary outcome", "", *primary(results), "", "## Secondary outcomes", "",
              *secondary(results), "", "## Training (equal steps x batch)", "", *training(out), ""]
     text = "\n".join(lines)
