@@ -230,6 +230,10 @@ def test_the_study_reads_only_the_data_its_kept_results_were_scored_on(tmp_path)
     write_data(data, {"test.jsonl": "other rows\n"})
     with pytest.raises(SystemExit, match=r"data: test.jsonl differ from the data the results in .*out were scored on"):
         m.check_data(str(data), str(out))
+    for damaged in ('{"sha256": [1, 2]}', "{not json"):  # a damaged record is one line too, never a traceback
+        (out / "data.json").write_text(damaged)
+        with pytest.raises(SystemExit, match="data.json does not hold the sha256 of the study's data"):
+            m.check_data(str(data), str(out))
 
 
 def test_prebuilt_data_is_unpacked_then_checked_and_missing_files_are_one_line(tmp_path):

@@ -261,9 +261,12 @@ def check_data(data_dir: str, out: str) -> None:
         os.makedirs(out, exist_ok=True)
         return runs.write_marker(kept, {"files": "what stages C and D read (scripts/table2/mini_study_v2.py)",
                                         "sha256": found})
-    with open(kept) as f:
-        expected = json.load(f)["sha256"]
-    wrong = [name for name in STUDY_FILES if found[name] != expected.get(name)]
+    try:
+        with open(kept) as f:
+            expected = json.load(f)["sha256"]
+        wrong = [name for name in STUDY_FILES if found[name] != expected.get(name)]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        raise SystemExit(f"{kept} does not hold the sha256 of the study's data: restore it (git checkout)") from None
     if wrong:
         raise SystemExit(f"{data_dir}: {', '.join(wrong)} differ from the data the results in {out} were scored on "
                          f"({kept}): rebuild the data as the study did, or use another --out")
