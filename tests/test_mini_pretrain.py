@@ -107,4 +107,5 @@ def test_a_stream_of_another_tokenizer_is_refused_in_one_line(data_dir, tmp_path
     with pytest.raises(SystemExit) as e:
         run(bad, tmp_path / "out", "--max_iters=2")
     assert "train.bin holds token id 300, outside the tokenizer's 300 ids" in str(e.value) and "\n" not in str(e.value)
+    assert not os.path.exists(tmp_path / "out")  # nothing written
 
