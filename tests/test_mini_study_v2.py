@@ -250,6 +250,11 @@ def test_prebuilt_data_is_unpacked_then_checked_and_missing_files_are_one_line(t
             f.write(text)
     m.unpack_prebuilt(str(carried))
     m.check_data(str(carried), str(out))
+    packed = tmp_path / "packed"  # what gpu_prepare.sh carries unpacks to the same bytes
+    m.pack_prebuilt(str(built), str(packed), str(out))
+    assert sorted(os.listdir(packed)) == sorted(f"{name}.gz" for name in m.STUDY_FILES)
+    m.unpack_prebuilt(str(packed))
+    m.check_data(str(packed), str(out))
     os.remove(carried / "val.jsonl")
     os.remove(carried / "val.jsonl.gz")
     with pytest.raises(SystemExit, match="--prebuilt: .*carried holds no val.jsonl"):

@@ -28,11 +28,7 @@ done
 # the v2 study's data as its GPU part reads it (mini_study_v2.py --prebuilt): what stages C and D read, the files
 # the kept results were scored on (checked here and again on the device), gzipped to fit the 64 MiB carried
 if [ -f data/mini2/build.json ]; then
-    "$PY" -c "from scripts.table2 import mini_study_v2 as m; m.check_data('data/mini2', 'results/mini_study_v2')"
-    mkdir -p data/mini2-gpu
-    for f in train.jsonl val.jsonl val_rows.jsonl test.jsonl test_reworded.jsonl; do
-        gzip -9 -c "data/mini2/$f" > "data/mini2-gpu/$f.gz"
-    done
+    "$PY" -c "from scripts.table2 import mini_study_v2 as m; m.pack_prebuilt('data/mini2', 'data/mini2-gpu', 'results/mini_study_v2')"
 else
     echo "gpu_prepare.sh: data/mini2 is not built (python scripts/table2/mini_study_v2.py builds it first), so the" \
          "GPU check's mini2_seeds part has no data to carry" >&2

@@ -235,6 +235,18 @@ def prepare(args: argparse.Namespace) -> None:
     stage_b(args)
 
 
+def pack_prebuilt(data_dir: str, dest: str, out: str) -> None:
+    """What --prebuilt reads, for a machine that cannot build it (scripts/gpu/gpu_prepare.sh): each of STUDY_FILES,
+    checked against --out/data.json first, gzipped into dest."""
+    import gzip
+    import shutil
+    check_data(data_dir, out)
+    os.makedirs(dest, exist_ok=True)
+    for name in STUDY_FILES:
+        with open(os.path.join(data_dir, name), "rb") as src, gzip.open(os.path.join(dest, name + ".gz"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
 def unpack_prebuilt(data_dir: str) -> None:
     """--prebuilt: the files carried to a machine that cannot build them (a GPU loan: no corpus, 64 MiB), each as
     itself or gzipped (scripts/gpu/gpu_prepare.sh); a gzipped one is unpacked beside itself."""
