@@ -56,9 +56,9 @@ class Part:
 
 # ----------------------------------------------------------------------------- the parts
 
-BENCH = r"^\||^device:|^#+ |after the timed ones"
+BENCH = r"^\||^device:|^#+ |after the timed ones"  # bench_train.py: its setting line, tables and profile headings
 MINI2_DATA = "data/mini2-gpu"  # the v2 study's data, gzipped (scripts/gpu/gpu_prepare.sh)
-STANDIN_DATA = "data/sudoku-standin-gpu"  # the stand-in's files training and evaluation read (docs/gpu.md)  # bench_train.py: its setting line, tables and profile headings
+STANDIN_DATA = "data/sudoku-standin-gpu"  # the stand-in's files training and evaluation read (docs/gpu.md)
 
 
 def plan(smoke: bool, work: str) -> list[Part]:
