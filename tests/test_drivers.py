@@ -33,6 +33,7 @@ DEFAULTS = {"reproduce_cpu": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "mini_study_v2": ["--runs=TMP/runs", "--data_dir=TMP/data_dir", "--kept=TMP/kept", "--out=TMP/out"],
             "mini_data_v2": ["--out_dir=TMP/out", "--corpus_dir=CORPUS"]}
 KEPT = os.path.join("sft_s1", "step_200_full_tau_0.85.json")  # one of the study's kept results
+KEPT_V2 = os.path.join("sft_s1", "step_300_test_tau_0.85.json")  # one of v2's, of the kept seed-1 SFT (step 300)
 
 CASES = [
     ("reproduce_cpu", ["--minutes=-1"], "--minutes"),
@@ -93,13 +94,13 @@ CASES = [
     ("mini_report", ["CUT_LOG"], ("train_metrics.jsonl", "line 2")),
     ("mini_report", ["TMP/missing"], "missing"),
     ("mini_check", ["--results=FILE"], "--results"),
-    ("mini_check", ["--results=CUT"], KEPT),  # read after 2 minutes of decoding
+    ("mini_check", ["--results=CUT_V2"], KEPT_V2),  # read after minutes of decoding
     ("mini_check", ["--sandbox=none"], "--sandbox"),
     ("mini_check", ["--n=0"], "--n"),
     ("mini_check", ["--kept=TMP"], "--kept"),
-    ("mini_check", ["--n=201"], "--n"),  # v1 decoded 200 held-out tasks
-    ("mini_check", ["--study=v2", "--n=401"], "--n"),  # v2 holds 400 test tasks
-    ("mini_check", ["--study=v2", "--kept=TMP"], "--kept"),
+    ("mini_check", ["--study=v1", "--n=201"], "--n"),  # v1 decoded 200 held-out tasks
+    ("mini_check", ["--n=401"], "--n"),  # v2 holds 400 test tasks
+    ("mini_check", ["--study=v1"], "--kept"),  # the repository keeps v1's pretrained model only
     ("mini_study_v2", ["--seeds=abc"], "--seeds"),
     ("mini_study_v2", ["--seeds=2,3"], "--seeds"),  # seed 1 is the pilot's
     ("mini_study_v2", ["--lrs=fast"], "--lrs"),
@@ -132,12 +133,12 @@ def token_data(folder, train: int, heldout: int, odd: bool = False) -> None:
             f.write(b"\0")
 
 
-def kept_results(folder, edit) -> None:
+def kept_results(folder, edit, study: str = "mini_study", kept: str = KEPT) -> None:
     """A copy of one of the study's kept JSONs, its text passed through edit; and a training log beside it."""
     os.makedirs(folder / "sft_s1")
-    text = open(os.path.join(ROOT, "results", "mini_study", KEPT)).read()
-    (folder / KEPT).write_text(edit(text))
-    shutil.copyfile(os.path.join(ROOT, "results", "mini_study", "sft_s1", "train_metrics.jsonl"),
+    text = open(os.path.join(ROOT, "results", study, kept)).read()
+    (folder / kept).write_text(edit(text))
+    shutil.copyfile(os.path.join(ROOT, "results", study, "sft_s1", "train_metrics.jsonl"),
                     folder / "sft_s1" / "train_metrics.jsonl")
 
 
@@ -157,6 +158,7 @@ def cut_log(folder) -> None:
 INPUTS = {"SHORT_TRAIN": lambda d: token_data(d, 100, 1000), "SHORT_HELDOUT": lambda d: token_data(d, 1000, 100),
           "ODD_TRAIN": lambda d: token_data(d, 1000, 1000, odd=True), "DATA": lambda d: token_data(d, 1000, 1000),
           "NO_NFE": lambda d: kept_results(d, without_nfe), "CUT": lambda d: kept_results(d, lambda text: text[:200]),
+          "CUT_V2": lambda d: kept_results(d, lambda text: text[:200], "mini_study_v2", KEPT_V2),
           "CUT_LOG": cut_log, "CORPUS": lambda d: (os.makedirs(d / "tokenizer"), os.makedirs(d / "wheels")), "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
 
 

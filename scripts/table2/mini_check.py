@@ -1,11 +1,11 @@
 """Table 2 in miniature in a few minutes: the kept models decoded on tasks of held-out compositions.
 
-    python scripts/table2/mini_check.py                 # 100 tasks, tau 0.85: about 2 minutes on one CPU core
-    python scripts/table2/mini_check.py --study=v2      # the same for v2's kept models (reference/mini2/)
+    python scripts/table2/mini_check.py                 # v2's kept models on 100 test tasks: about 2 minutes
+    python scripts/table2/mini_check.py --study=v1      # v1's, once scripts/table2/mini_study.py has kept them
 
-The kept checkpoints of a miniature study (--study=v1: scripts/table2/mini_study.py, reference/mini/; v2:
-scripts/table2/mini_study_v2.py, reference/mini2/: the adapted base model and the seed-1 Vanilla SFT and Relay
-fine-tunes, bf16, each verified against its manifest) decode the first --n test tasks of held-out compositions
+The kept checkpoints of a miniature study (v2: scripts/table2/mini_study_v2.py, reference/mini2/: the adapted
+base model and the seed-1 Vanilla SFT and Relay fine-tunes, bf16, each verified against its manifest; v1:
+scripts/table2/mini_study.py, reference/mini/, which the repository no longer carries) decode the first --n test tasks of held-out compositions
 (v1: fastdllm.tasks.heldout_tests, v2: fastdllm.mini_data_v2.test_tasks; rebuilt here, no corpus needed) with
 eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry), judged in the sandbox. Prints
 Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what the study measured on the same
@@ -133,7 +133,7 @@ def rel(path: str) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    p.add_argument("--study", choices=sorted(STUDIES), default="v1", help="which miniature study's kept models")
+    p.add_argument("--study", choices=sorted(STUDIES), default="v2", help="which miniature study's kept models")
     p.add_argument("--kept", default=None, help="the kept checkpoint directories (default: the study's)")
     p.add_argument("--results", default=None, help="the study's kept results (default: the study's)")
     p.add_argument("--n", type=int, default=100, help="test tasks of held-out compositions (at most the study's)")
