@@ -125,6 +125,9 @@ def test_the_primary_interval_and_its_verdict_by_hand():
     assert "+3.50" in text and "+1.54 to +5.46" in text and "±3.00" in text and "decisive" in text
     wide = [result(f"relay_s{s}", 30.0 + d) for s, d in zip(range(1, 7), (-9, 12, 3, -4, 15, 6))]
     assert "NOT decisive" in "\n".join(mini_report_v2.primary(sft + wide))
+    # one seed pair (the report while seeds 2-6 run) has no interval: said in words, never printed as nan
+    one = "\n".join(mini_report_v2.primary(sft[:1] + relay[:1]) + mini_report_v2.secondary(sft[:1] + relay[:1]))
+    assert "no interval from one seed pair" in one and "nan" not in one and "NOT decisive" in one
 
 
 def test_a_report_made_while_seeds_run_names_each_pair_by_its_own_seed():

@@ -159,11 +159,11 @@ def plan(smoke: bool, work: str) -> list[Part]:
     def mini2_seeds() -> list[list[str]]:
         """The v2 code-task study continued on the device (scripts/table2/mini_study_v2.py): the repository's kept
         results copied beside the report first, so only the seeds they lack run, every lane at once on the data
-        carried by scripts/gpu/gpu_prepare.sh. Smoke: the copy and the report only, of the first pilot's kept pair
-        (training needs the corpus, which CI does not build)."""
+        carried by scripts/gpu/gpu_prepare.sh. Smoke: the copy and the report only (training needs the corpus, which
+        CI does not build)."""
         out = os.path.join(os.path.dirname(work), "mini_study_v2")
         copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
-                "results/mini_study_v2" + ("_first_pilot" if smoke else ""), out]
+                "results/mini_study_v2", out]
         if smoke:
             return [copy, [PY, "scripts/table2/mini_study_v2.py", "--report_only", f"--out={out}"]]
         return [copy, [PY, "scripts/table2/mini_study_v2.py", "--device=cuda", "--lanes=8", "--prebuilt",

@@ -90,6 +90,13 @@ def table(results: list[dict]) -> list[str]:
     return lines
 
 
+def interval_text(m: float, lo: float, hi: float, digits: int) -> str:
+    """'+m (95% interval lo to hi' with the given decimals; one seed pair has no interval, and says so."""
+    if math.isnan(lo):
+        return f"{m:+.{digits}f} (no interval from one seed pair"
+    return f"{m:+.{digits}f} (95% interval {lo:+.{digits}f} to {hi:+.{digits}f}"
+
+
 def primary(results: list[dict]) -> list[str]:
     seeds, diffs, sft = seed_diffs(results, nfe)
     if not diffs:
@@ -97,8 +104,9 @@ def primary(results: list[dict]) -> list[str]:
     m, lo, hi = interval(diffs)
     bound = DECISIVE * mean(sft)
     decisive = not math.isnan(lo) and (hi - lo) / 2 < bound
-    return [f"Relay - SFT, mean NFE per test task at tau {TAU:g}, over {len(diffs)} seed pairs: {m:+.2f} "
-            f"(95% interval {lo:+.2f} to {hi:+.2f}; SFT's mean NFE {mean(sft):.2f}, so ±10% is ±{bound:.2f}): "
+    pairs = f"{len(diffs)} seed pair" + ("s" if len(diffs) > 1 else "")
+    return [f"Relay - SFT, mean NFE per test task at tau {TAU:g}, over {pairs}: {interval_text(m, lo, hi, 2)}; "
+            f"SFT's mean NFE {mean(sft):.2f}, so ±10% is ±{bound:.2f}): "
             + ("decisive" if decisive else "NOT decisive: add seeds"),
             "", "Per seed (SFT, Relay, difference): " + "; ".join(
                 f"s{s}: {a:.2f}, {a + d:.2f}, {d:+.2f}" for s, a, d in zip(seeds, sft, diffs))]
@@ -110,7 +118,7 @@ def secondary(results: list[dict]) -> list[str]:
         return []
     m, lo, hi = interval(diffs)
     verdict = "non-inferior" if lo > -MARGIN else ("inferior" if hi < -MARGIN else "not shown non-inferior")
-    lines = [f"Relay - SFT, pass@1 plus at tau {TAU:g}: {m:+.1f} points (95% interval {lo:+.1f} to {hi:+.1f}; "
+    lines = [f"Relay - SFT, pass@1 plus at tau {TAU:g}, points: {interval_text(m, lo, hi, 1)}; "
              f"margin -{MARGIN:g}): {verdict}", "",
              "pass@1 plus at matched NFE along the tau sweep (Relay - SFT; per-task paired s.e., seed s.d.):", "",
              "| NFE | SFT | Relay | difference | s.e. | seed s.d. |", "|---|---|---|---|---|---|"]
