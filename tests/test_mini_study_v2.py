@@ -130,6 +130,19 @@ def test_the_primary_interval_and_its_verdict_by_hand():
     assert "no interval from one seed pair" in one and "nan" not in one and "NOT decisive" in one
 
 
+def test_the_frontier_s_mean_is_taken_over_seeds_at_each_tau_they_share():
+    """Two seeds, the second not decoded at tau 0.95: the mean frontier has two points, each the mean of the seeds'
+    NFE and pass@1 at one tau (by hand: (45, 15) and (50, 30)). Fails when the mean pairs points by position
+    instead of by tau (checked: pairing the seeds' last taus gives (47.5, 20.0) first)."""
+    def result(model, tau, nfe, passed, n):  # n tasks, each at NFE nfe, the first `passed` of them pass
+        return {"model": model, "protocol": "test", "tau": tau, "step": 300, "nfe": [nfe] * n,
+                "plus": [1] * passed + [0] * (n - passed), "base": [0] * n,
+                "task_ids": [f"mini2/test/{i}" for i in range(n)]}
+    s1 = [result("relay_s1", 0.7, 40, 1, 10), result("relay_s1", 0.85, 45, 2, 10), result("relay_s1", 0.95, 50, 9, 10)]
+    s2 = [result("relay_s2", 0.7, 50, 1, 5), result("relay_s2", 0.85, 55, 2, 5)]  # 20%, 40%
+    assert mini_report_v2.mean_curve([s1, s2]) == pytest.approx([(45.0, 15.0), (50.0, 30.0)])
+
+
 def test_a_report_made_while_seeds_run_names_each_pair_by_its_own_seed():
     """While the study runs, SFT's seed 2 may be kept before Relay's: the per-seed line pairs seed 3 with seed 3
     (failed with the labels taken from every SFT seed: s2 was printed with seed 3's numbers)."""

@@ -151,7 +151,15 @@ def step_counts(records: list[dict]) -> list[int]:
     return [r["step"] - (records[i - 1]["step"] if i else 0) for i, r in enumerate(records)]
 
 
+def mean_curve(curves: list[list[dict]]) -> list[tuple[float, float]]:
+    """The seeds' mean frontier: at each tau every seed was decoded at, (mean NFE, mean pass@1 plus) over the seeds."""
+    taus = sorted(set.intersection(*({r["tau"] for r in c} for c in curves))) if curves else []
+    at = [[next(r for r in c if r["tau"] == tau) for c in curves] for tau in taus]
+    return [(mean([mean(select(r, "test", "nfe")) for r in rs]), mean([rate(r, "test") for r in rs])) for rs in at]
+
+
 def plot_frontier(results: list[dict], path: str) -> None:
+    """Each method's seeds faint, their mean frontier bold (seed s.d. is in the report's tables)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -159,11 +167,16 @@ def plot_frontier(results: list[dict], path: str) -> None:
     found = mini_report.curves(results, "test")
     fig, ax = plt.subplots(figsize=(6.5, 4.4))
     for method, label in METHODS.items():
-        models = sorted({m for m, _ in found if method_of(m) == method})
-        for i, m in enumerate(models):
-            curve = next(c for (mm, _), c in found.items() if mm == m)
-            ax.plot([mean(select(r, "test", "nfe")) for r in curve], [rate(r, "test") for r in curve], "o-",
-                    color=colors[method], alpha=0.9 if i == 0 else 0.4, ms=3, label=label if i == 0 else None)
+        curves = [c for (m, _), c in sorted(found.items()) if method_of(m) == method]
+        if not curves:
+            continue
+        if len(curves) > 1:
+            for c in curves:
+                ax.plot([mean(select(r, "test", "nfe")) for r in c], [rate(r, "test") for r in c], "-",
+                        color=colors[method], alpha=0.25, lw=1)
+        nfe, plus = zip(*mean_curve(curves))
+        ax.plot(nfe, plus, "o-", color=colors[method], ms=4, lw=2,
+                label=label + (f" (mean of {len(curves)} seeds)" if len(curves) > 1 else ""))
     ax.set(xlabel="mean NFE per task", ylabel="pass@1 plus (%)",
            title="held-out compositions: pass@1 against forward passes over tau")
     ax.grid(alpha=0.3)
