@@ -5,11 +5,11 @@
 
 The kept checkpoints of a miniature study (v2: scripts/table2/mini_study_v2.py, reference/mini2/: the adapted
 base model and the seed-1 Vanilla SFT and Relay fine-tunes, bf16, each verified against its manifest; v1:
-scripts/table2/mini_study.py, reference/mini/, which the repository no longer carries) decode the first --n test tasks of held-out compositions
-(v1: fastdllm.tasks.heldout_tests, v2: fastdllm.mini_data_v2.test_tasks; rebuilt here, no corpus needed) with
-eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry), judged in the sandbox. Prints
-Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what the study measured on the same
-tasks (its results/ folder), so the two can be compared.
+scripts/table2/mini_study.py, reference/mini/, which the repository no longer carries) decode the first --n test
+tasks of held-out compositions (v2: fastdllm.mini_data_v2.test_tasks, v1: fastdllm.tasks.heldout_tests; rebuilt
+here, no corpus needed) with eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry),
+judged in the sandbox. Prints Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what
+the study measured on the same tasks (its results/ folder), so the two can be compared.
 """
 import argparse
 import contextlib

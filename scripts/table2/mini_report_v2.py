@@ -90,11 +90,11 @@ def table(results: list[dict]) -> list[str]:
     return lines
 
 
-def interval_text(m: float, lo: float, hi: float, digits: int) -> str:
-    """'+m (95% interval lo to hi' with the given decimals; one seed pair has no interval, and says so."""
+def interval_text(lo: float, hi: float, digits: int) -> str:
+    """The 95% interval with the given decimals; one seed pair has none, and says so."""
     if math.isnan(lo):
-        return f"{m:+.{digits}f} (no interval from one seed pair"
-    return f"{m:+.{digits}f} (95% interval {lo:+.{digits}f} to {hi:+.{digits}f}"
+        return "no interval from one seed pair"
+    return f"95% interval {lo:+.{digits}f} to {hi:+.{digits}f}"
 
 
 def primary(results: list[dict]) -> list[str]:
@@ -105,8 +105,8 @@ def primary(results: list[dict]) -> list[str]:
     bound = DECISIVE * mean(sft)
     decisive = not math.isnan(lo) and (hi - lo) / 2 < bound
     pairs = f"{len(diffs)} seed pair" + ("s" if len(diffs) > 1 else "")
-    return [f"Relay - SFT, mean NFE per test task at tau {TAU:g}, over {pairs}: {interval_text(m, lo, hi, 2)}; "
-            f"SFT's mean NFE {mean(sft):.2f}, so ±10% is ±{bound:.2f}): "
+    return [f"Relay - SFT, mean NFE per test task at tau {TAU:g}, over {pairs}: {m:+.2f} "
+            f"({interval_text(lo, hi, 2)}; SFT's mean NFE {mean(sft):.2f}, so ±10% is ±{bound:.2f}): "
             + ("decisive" if decisive else "NOT decisive: add seeds"),
             "", "Per seed (SFT, Relay, difference): " + "; ".join(
                 f"s{s}: {a:.2f}, {a + d:.2f}, {d:+.2f}" for s, a, d in zip(seeds, sft, diffs))]
@@ -118,7 +118,7 @@ def secondary(results: list[dict]) -> list[str]:
         return []
     m, lo, hi = interval(diffs)
     verdict = "non-inferior" if lo > -MARGIN else ("inferior" if hi < -MARGIN else "not shown non-inferior")
-    lines = [f"Relay - SFT, pass@1 plus at tau {TAU:g}, points: {interval_text(m, lo, hi, 1)}; "
+    lines = [f"Relay - SFT, pass@1 plus at tau {TAU:g}, points: {m:+.1f} ({interval_text(lo, hi, 1)}; "
              f"margin -{MARGIN:g}): {verdict}", "",
              "pass@1 plus at matched NFE along the tau sweep (Relay - SFT; per-task paired s.e., seed s.d.):", "",
              "| NFE | SFT | Relay | difference | s.e. | seed s.d. |", "|---|---|---|---|---|---|"]
@@ -151,11 +151,16 @@ def step_counts(records: list[dict]) -> list[int]:
     return [r["step"] - (records[i - 1]["step"] if i else 0) for i, r in enumerate(records)]
 
 
+def frontier_point(r: dict) -> tuple[float, float]:
+    """One decoding's place on the frontier: (mean NFE per test task, pass@1 plus %)."""
+    return mean(select(r, "test", "nfe")), rate(r, "test")
+
+
 def mean_curve(curves: list[list[dict]]) -> list[tuple[float, float]]:
     """The seeds' mean frontier: at each tau every seed was decoded at, (mean NFE, mean pass@1 plus) over the seeds."""
     taus = sorted(set.intersection(*({r["tau"] for r in c} for c in curves))) if curves else []
-    at = [[next(r for r in c if r["tau"] == tau) for c in curves] for tau in taus]
-    return [(mean([mean(select(r, "test", "nfe")) for r in rs]), mean([rate(r, "test") for r in rs])) for rs in at]
+    at = [[frontier_point(next(r for r in c if r["tau"] == tau)) for c in curves] for tau in taus]
+    return [(mean([nfe for nfe, _ in points]), mean([plus for _, plus in points])) for points in at]
 
 
 def plot_frontier(results: list[dict], path: str) -> None:
@@ -172,8 +177,7 @@ def plot_frontier(results: list[dict], path: str) -> None:
             continue
         if len(curves) > 1:
             for c in curves:
-                ax.plot([mean(select(r, "test", "nfe")) for r in c], [rate(r, "test") for r in c], "-",
-                        color=colors[method], alpha=0.25, lw=1)
+                ax.plot(*zip(*map(frontier_point, c)), "-", color=colors[method], alpha=0.25, lw=1)
         nfe, plus = zip(*mean_curve(curves))
         ax.plot(nfe, plus, "o-", color=colors[method], ms=4, lw=2,
                 label=label + (f" (mean of {len(curves)} seeds)" if len(curves) > 1 else ""))

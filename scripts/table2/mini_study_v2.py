@@ -23,9 +23,11 @@ D. every run's checkpoint of lowest validation loss, evaluated with eval_code.py
 One JSON per (run, protocol, tau) in --out; the report is --out/mini_study_v2.md (scripts/table2/mini_report_v2.py).
 """
 import argparse
+import gzip
 import json
 import os
 import queue
+import shutil
 import sys
 import threading
 import time
@@ -238,8 +240,6 @@ def prepare(args: argparse.Namespace) -> None:
 def pack_prebuilt(data_dir: str, dest: str, out: str) -> None:
     """What --prebuilt reads, for a machine that cannot build it (scripts/gpu/gpu_prepare.sh): each of STUDY_FILES,
     checked against --out/data.json first, gzipped into dest."""
-    import gzip
-    import shutil
     check_data(data_dir, out)
     os.makedirs(dest, exist_ok=True)
     for name in STUDY_FILES:
@@ -250,8 +250,6 @@ def pack_prebuilt(data_dir: str, dest: str, out: str) -> None:
 def unpack_prebuilt(data_dir: str) -> None:
     """--prebuilt: the files carried to a machine that cannot build them (a GPU loan: no corpus, 64 MiB), each as
     itself or gzipped (scripts/gpu/gpu_prepare.sh); a gzipped one is unpacked beside itself."""
-    import gzip
-    import shutil
     for name in STUDY_FILES:
         path = os.path.join(data_dir, name)
         if not os.path.exists(path) and os.path.exists(path + ".gz"):
