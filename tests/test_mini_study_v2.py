@@ -275,3 +275,65 @@ def test_prebuilt_data_is_unpacked_then_checked_and_missing_files_are_one_line(t
     os.remove(carried / "val.jsonl.gz")
     with pytest.raises(SystemExit, match="--prebuilt: .*carried holds no val.jsonl"):
         m.unpack_prebuilt(str(carried))
+
+
+def test_the_readme_states_the_kept_v2_results():
+    """The README's v2 rows (400 test tasks, tau 0.85: pass@1 base / plus and NFE, the held-out wording's plus / NFE,
+    mean ± s.d. over the kept seeds) and its primary outcome (Relay - SFT NFE with its 95% t interval) are what the
+    kept JSONs' own summary fields give, recomputed here with `statistics` and a printed t table rather than the
+    report's code. Fails with a number edited in the README, or a seed kept and the README not updated."""
+    import statistics
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    out = os.path.join(ROOT, "results", "mini_study_v2")
+    summary: dict[tuple[str, str], dict] = {}
+    for model in os.listdir(out):  # one chosen step per run: step_<k>_<protocol>_tau_0.85.json
+        folder = os.path.join(out, model)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            for protocol in ("test", "reworded"):
+                if name.endswith(f"_{protocol}_tau_0.85.json"):
+                    summary[(model, protocol)] = json.load(open(os.path.join(folder, name)))
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.mean(values):.1f}" + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else "")
+
+    for method, label in (("base", "Fast-dLLM v2 (stage B)"), ("sft", "Vanilla SFT"), ("relay", "Relay")):
+        models = sorted(m for m, p in summary if p == "test" and (m == method or m.startswith(method + "_s")))
+        test = [summary[(m, "test")] for m in models]
+        reworded = [summary[(m, "reworded")] for m in models if (m, "reworded") in summary]
+        assert test and all(r["n"] >= 400 for r in test), method
+        held_out = (f"{cell([r['pass1_plus_authors'] for r in reworded])} / {cell([r['mean_nfe'] for r in reworded])}"
+                    if reworded else "-")
+        row = (f"| {label} | {len(test)} | {cell([r['pass1_base'] for r in test])} / "
+               f"{cell([r['pass1_plus_authors'] for r in test])} | {cell([r['mean_nfe'] for r in test])} | {held_out} |")
+        assert row in readme, f"the README lacks the row {row}"
+    seeds = sorted(int(m.split("_s")[1]) for m, p in summary if p == "test" and m.startswith("relay_s")
+                   and (f"sft_s{m.split('_s')[1]}", "test") in summary)
+    diffs = [summary[(f"relay_s{s}", "test")]["mean_nfe"] - summary[(f"sft_s{s}", "test")]["mean_nfe"] for s in seeds]
+    t975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}[len(diffs) - 1]
+    half = t975 * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    m = statistics.mean(diffs)
+    stated = f"{m:+.1f} NFE (95% interval {m - half:+.1f} to {m + half:+.1f}, {len(diffs)} seed pairs"
+    assert stated in readme, f"the README lacks the primary outcome {stated}"
+
+
+def test_the_docs_state_the_report_s_numbers():
+    """docs/table2_miniature.md carries the report's Table 2 rows, its primary outcome, the first secondary one and the
+    training rows as they are for the kept JSONs. Fails when a seed is kept and the page not updated, or a number in
+    the page is edited."""
+    page = open(os.path.join(ROOT, "docs", "table2_miniature.md"), encoding="utf-8").read()
+    out = os.path.join(ROOT, "results", "mini_study_v2")
+    results = mini_report_v2.mini_report.load(out)
+    expected = (mini_report_v2.table(results)[2:] + mini_report_v2.primary(results) + mini_report_v2.secondary(results)[:1]
+                + mini_report_v2.training(out)[2:])
+    for line in expected:
+        assert line in page, f"docs/table2_miniature.md lacks: {line}"
+
+
+def test_the_kept_report_is_the_one_the_kept_results_give(tmp_path):
+    """results/mini_study_v2/mini_study_v2.md (the docs point at it) is what --report_only writes for the kept JSONs
+    today, redrawn in a copy of the folder. Fails when a seed is kept and the report not redrawn."""
+    import shutil
+    kept = os.path.join(ROOT, "results", "mini_study_v2")
+    copy = shutil.copytree(kept, tmp_path / "mini_study_v2", ignore=shutil.ignore_patterns("*.png"))
+    redrawn = mini_report_v2.report(str(copy), figures=str(tmp_path / "figures"))
+    assert open(os.path.join(kept, "mini_study_v2.md"), encoding="utf-8").read() == redrawn
