@@ -1,7 +1,7 @@
 """The experiment drivers (scripts/sudoku/reproduce_cpu.py, compare_adaptation.py, budget_study.py) and Table 2 in
 miniature's scripts (python -m fastdllm.mini_data, scripts/table2/pretrain_ar.py, mini_study.py, mini_report.py,
-mini_check.py): a bad flag, or an input a flag names that cannot be used, stops the script in one line naming it,
-before any data is built, run trained or model decoded, and with nothing written (each starts with work that takes
+mini_check.py, rate_check.py): a bad flag, or an input a flag names that cannot be used, stops the script in one line
+naming it, before any data is built, run trained or model decoded, and with nothing written (each starts with work that takes
 minutes, and used to meet the bad input only then, or never: a silently wrong run)."""
 import json
 import os
@@ -14,16 +14,16 @@ import pytest
 from fastdllm import mini_data, mini_data_v2
 from scripts import runs
 from scripts.sudoku import budget_study, compare_adaptation, reproduce_cpu
-from scripts.table2 import mini_check, mini_report, mini_report_v2, mini_study, mini_study_v2, pretrain_ar
+from scripts.table2 import mini_check, mini_report, mini_report_v2, mini_study, mini_study_v2, pretrain_ar, rate_check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study,
            "mini_study": mini_study, "mini_data": mini_data, "pretrain_ar": pretrain_ar, "mini_report": mini_report,
            "mini_check": mini_check, "mini_study_v2": mini_study_v2, "mini_report_v2": mini_report_v2,
-           "mini_data_v2": mini_data_v2}
+           "mini_data_v2": mini_data_v2, "rate_check": rate_check}
 # where each script's first slow work starts (patched to fail the test), besides runs.sh / ensure_data / train / evaluate
 WORK = {"mini_data": ("build",), "pretrain_ar": ("train",), "mini_check": ("decode",), "mini_data_v2": ("build",),
-        "mini_study_v2": ("run_all",), "mini_report_v2": ("report",)}
+        "mini_study_v2": ("run_all",), "mini_report_v2": ("report",), "rate_check": ("decode",)}
 # folders a case does not name go under tmp_path, so that nothing lands in the repository
 DEFAULTS = {"reproduce_cpu": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "compare_adaptation": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
@@ -31,7 +31,7 @@ DEFAULTS = {"reproduce_cpu": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "mini_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "mini_data": ["--out_dir=TMP/out"], "pretrain_ar": ["--out_dir=TMP/out", "--data_dir=DATA"],
             "mini_study_v2": ["--runs=TMP/runs", "--data_dir=TMP/data_dir", "--kept=TMP/kept", "--out=TMP/out"],
-            "mini_data_v2": ["--out_dir=TMP/out", "--corpus_dir=CORPUS"]}
+            "mini_data_v2": ["--out_dir=TMP/out", "--corpus_dir=CORPUS"], "rate_check": ["--out=TMP/out", "--runs=PILOT"]}
 KEPT = os.path.join("sft_s1", "step_200_full_tau_0.85.json")  # one of the study's kept results
 KEPT_V2 = os.path.join("sft_s1", "step_300_test_tau_0.85.json")  # one of v2's, of the kept seed-1 SFT (step 300)
 
@@ -120,6 +120,13 @@ CASES = [
     ("mini_data_v2", ["--n_val=10", "--n_val_rows=20"], "--n_val_rows"),
     ("mini_data_v2", ["--n_test=0"], "--n_test"),
     ("mini_data_v2", ["--corpus_dir=TMP/missing"], ("--corpus_dir", "fastdllm.mini_data")),
+    ("rate_check", ["--n=0"], "--n"),
+    ("rate_check", ["--n=401"], "--n"),
+    ("rate_check", ["--tau=1"], "--tau"),
+    ("rate_check", ["--sandbox=none"], "--sandbox"),
+    ("rate_check", ["--out=FILE/sub"], "--out"),
+    ("rate_check", ["--runs=TMP/missing"], ("missing", "mini_study_v2.py")),
+    ("rate_check", ["--out=CUT_RATES"], "sft_s1_lr0.0003_n100_tau_0.85.json"),  # kept by a killed check
 ]
 
 
@@ -154,12 +161,23 @@ def cut_log(folder) -> None:
     log.write_text(log.read_text().split("\n", 1)[0] + "\n" + '{"step": 10, "loss')
 
 
+def pilot_runs(folder) -> None:
+    """The pilot's four seed-1 checkpoint folders, as far as rate_check.py looks before decoding."""
+    for objective, lr, _ in rate_check.DECODINGS:
+        os.makedirs(rate_check.checkpoint(str(folder), objective, lr), exist_ok=True)
+
+
+def cut_rates(folder) -> None:
+    os.makedirs(folder)
+    (folder / "sft_s1_lr0.0003_n100_tau_0.85.json").write_text('{"model": "sft_s1_lr0.0003", "ta')
+
+
 # the inputs a case names by placeholder, each built under tmp_path only when used
 INPUTS = {"SHORT_TRAIN": lambda d: token_data(d, 100, 1000), "SHORT_HELDOUT": lambda d: token_data(d, 1000, 100),
           "ODD_TRAIN": lambda d: token_data(d, 1000, 1000, odd=True), "DATA": lambda d: token_data(d, 1000, 1000),
           "NO_NFE": lambda d: kept_results(d, without_nfe), "CUT": lambda d: kept_results(d, lambda text: text[:200]),
           "CUT_V2": lambda d: kept_results(d, lambda text: text[:200], "mini_study_v2", KEPT_V2),
-          "CUT_LOG": cut_log, "CORPUS": lambda d: (os.makedirs(d / "tokenizer"), os.makedirs(d / "wheels")), "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
+          "CUT_LOG": cut_log, "PILOT": pilot_runs, "CUT_RATES": cut_rates, "CORPUS": lambda d: (os.makedirs(d / "tokenizer"), os.makedirs(d / "wheels")), "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
 
 
 PLACEHOLDER = re.compile(r"\b(" + "|".join(INPUTS) + r"|FILE|TMP)\b")

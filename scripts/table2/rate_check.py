@@ -1,0 +1,120 @@
+"""Table 2 in miniature v2, outside its protocol: how much of Relay - SFT's NFE gap comes with each method's rate.
+
+    python scripts/table2/rate_check.py        # after scripts/table2/mini_study_v2.py's pilot; about 8 min on one core
+
+The protocol (docs/table2_v2_protocol.md) gives each method the learning rate of lower validation loss for its
+seed-1 run: 1e-3 for Vanilla SFT, 3e-4 for Relay. Its pilot trained both methods at both rates
+(runs/mini2/<objective>_s1_lr<rate>), so the rate and the objective can be told apart on seed 1: this decodes the
+four step-300 checkpoints on the first --n test tasks at tau 0.85 (Relay with its carry, and Relay at 3e-4 once
+more without it), as eval_code.py does for the study, and prints pass@1 and NFE with Relay - SFT per task at each
+rate. One seed, so a diagnostic, not a result of the study. The per-task results are kept in --out (resumable).
+"""
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+import eval_code  # noqa: E402
+import fastdllm.sandbox  # noqa: E402
+from fastdllm.tasks import write_jsonl  # noqa: E402
+from scripts import runs  # noqa: E402
+from scripts.table2 import mini_check, mini_report  # noqa: E402
+from scripts.table2.mini_study_v2 import LRS, run_name  # noqa: E402
+
+STEP = 300
+# (objective, learning rate, decode with the relay carry)
+DECODINGS = [("sft", lr, False) for lr in LRS] + [("relay", lr, True) for lr in LRS] + [("relay", LRS[0], False)]
+
+
+def label(objective: str, lr: float, carry: bool) -> str:
+    return f"{run_name(objective, 1, lr)}" + ("" if carry or objective == "sft" else "_nocarry")
+
+
+def decode(args: argparse.Namespace) -> dict[str, dict]:
+    """Each decoding's per-task record; those kept in --out (args.kept, read before any work) are not decoded again."""
+    records = dict(args.kept)
+    with tempfile.TemporaryDirectory() as work:
+        data = os.path.join(work, "test.jsonl")
+        write_jsonl(mini_check.v2_tasks(args.n), data)
+        for objective, lr, carry in DECODINGS:
+            name = label(objective, lr, carry)
+            if name in records:
+                continue
+            print(f"decoding {args.n} test tasks with {name}...", flush=True)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    eval_code.main([f"--model={checkpoint(args.runs, objective, lr)}", f"--data_path={data}",
+                                    f"--threshold={args.tau}", f"--relay_carry={carry}", f"--out_dir={work}/{name}",
+                                    f"--gt_cache_dir={work}/gt", f"--sandbox={args.sandbox}",
+                                    f"--max_new_tokens={mini_check.STUDIES['v2']['max_new_tokens']}", *mini_check.EVAL_ARGS])
+            except SystemExit as e:
+                raise SystemExit(f"rate_check.py: {name}: {e}") from None
+            meta = dict(model=name, step=STEP, tau=args.tau, protocol="test", relay_carry=carry, learning_rate=lr)
+            records[name] = mini_report.compact(os.path.join(work, name), kept_path(args, name), meta)
+    return records
+
+
+def kept_path(args: argparse.Namespace, name: str) -> str:
+    return os.path.join(args.out, f"{name}_n{args.n}_tau_{args.tau:g}.json")
+
+
+def checkpoint(runs_dir: str, objective: str, lr: float) -> str:
+    return os.path.join(runs_dir, run_name(objective, 1, lr), f"ckpt-{STEP}")
+
+
+def table(records: dict[str, dict], args: argparse.Namespace) -> str:
+    lines = [f"Seed 1 at step {STEP}, the first {args.n} test tasks, tau {args.tau:g} (outside the protocol):", "",
+             "| run | learning rate | relay carry | pass@1 base | pass@1 plus | mean NFE |", "|---|---|---|---|---|---|"]
+    for objective, lr, carry in DECODINGS:
+        r = records[label(objective, lr, carry)]
+        lines.append(f"| {label(objective, lr, carry)} | {lr:g} | {'yes' if carry else 'no'} | "
+                     "{:.1f} | {:.1f} | {:.1f} |".format(*mini_check.columns(r)))
+    lines += ["", "Mean NFE per task, paired on the same tasks (difference, per-task s.e.):"]
+    pairs = [(f"Relay - SFT at {lr:g}", label("relay", lr, True), label("sft", lr, False)) for lr in LRS]
+    pairs += [(f"the chosen runs (Relay at {LRS[0]:g}, SFT at {LRS[1]:g})", label("relay", LRS[0], True),
+               label("sft", LRS[1], False)),
+              (f"Relay at {LRS[0]:g}, with its carry - without", label("relay", LRS[0], True), label("relay", LRS[0], False))]
+    for text, a, b in pairs:
+        diff, se, _ = mini_report.paired([(records[b]["nfe"], records[a]["nfe"])])  # a - b, task by task
+        lines.append(f"- {text}: {diff:+.1f} (s.e. {se:.1f})")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p.add_argument("--runs", default="runs/mini2", help="the study's runs folder (its pilot's four seed-1 runs)")
+    p.add_argument("--n", type=int, default=100, help="the first n test tasks (at most 400)")
+    p.add_argument("--tau", type=float, default=0.85)
+    p.add_argument("--out", default="results/mini_study_v2_rates", help="where the per-task results are kept")
+    p.add_argument("--sandbox", default="auto", help="how generated programs are isolated (eval_code.py; docs/sandbox.md)")
+    args = p.parse_args(argv)
+    runs.need(1 <= args.n <= 400, "--n", "in 1..400", args.n)
+    runs.need(0 < args.tau < 1, "--tau", "in (0, 1)", args.tau)
+    runs.need(args.sandbox in fastdllm.sandbox.MODES, "--sandbox", f"one of {', '.join(fastdllm.sandbox.MODES)}",
+              args.sandbox)
+    runs.check_folder(args.out, "--out")
+    missing = sorted({checkpoint(args.runs, o, lr) for o, lr, _ in DECODINGS if not os.path.isdir(checkpoint(args.runs, o, lr))})
+    if missing:
+        raise SystemExit(f"rate_check.py: {', '.join(missing)} missing: the pilot of scripts/table2/mini_study_v2.py "
+                         f"makes them (--runs names its folder)")
+    paths = {label(*d): kept_path(args, label(*d)) for d in DECODINGS}
+    args.kept = {name: mini_report.read_kept(path) for name, path in paths.items() if os.path.exists(path)}
+    return args
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # as mini_check.py: a second thread slows a 2.6M model when the other core is busy
+    text = table(decode(args), args)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
