@@ -33,7 +33,7 @@ DECODINGS = [("sft", lr, False) for lr in LRS] + [("relay", lr, True) for lr in 
 
 
 def label(objective: str, lr: float, carry: bool) -> str:
-    return f"{run_name(objective, 1, lr)}" + ("" if carry or objective == "sft" else "_nocarry")
+    return run_name(objective, 1, lr) + ("" if carry or objective == "sft" else "_nocarry")
 
 
 def decode(args: argparse.Namespace) -> dict[str, dict]:
