@@ -52,7 +52,8 @@ def decode(args: argparse.Namespace) -> dict[str, dict]:
                     eval_code.main([f"--model={checkpoint(args.runs, objective, lr)}", f"--data_path={data}",
                                     f"--threshold={args.tau}", f"--relay_carry={carry}", f"--out_dir={work}/{name}",
                                     f"--gt_cache_dir={work}/gt", f"--sandbox={args.sandbox}",
-                                    f"--max_new_tokens={mini_check.STUDIES['v2']['max_new_tokens']}", *mini_check.EVAL_ARGS])
+                                    f"--max_new_tokens={mini_check.STUDIES['v2']['max_new_tokens']}",
+                                    *mini_check.EVAL_ARGS])
             except SystemExit as e:
                 raise SystemExit(f"rate_check.py: {name}: {e}") from None
             meta = dict(model=name, step=STEP, tau=args.tau, protocol="test", relay_carry=carry, learning_rate=lr)
@@ -70,7 +71,8 @@ def checkpoint(runs_dir: str, objective: str, lr: float) -> str:
 
 def table(records: dict[str, dict], args: argparse.Namespace) -> str:
     lines = [f"Seed 1 at step {STEP}, the first {args.n} test tasks, tau {args.tau:g} (outside the protocol):", "",
-             "| run | learning rate | relay carry | pass@1 base | pass@1 plus | mean NFE |", "|---|---|---|---|---|---|"]
+             "| run | learning rate | relay carry | pass@1 base | pass@1 plus | mean NFE |",
+             "|---|---|---|---|---|---|"]
     for objective, lr, carry in DECODINGS:
         r = records[label(objective, lr, carry)]
         lines.append(f"| {label(objective, lr, carry)} | {lr:g} | {'yes' if carry else 'no'} | "
@@ -79,7 +81,8 @@ def table(records: dict[str, dict], args: argparse.Namespace) -> str:
     pairs = [(f"Relay - SFT at {lr:g}", label("relay", lr, True), label("sft", lr, False)) for lr in LRS]
     pairs += [(f"the chosen runs (Relay at {LRS[0]:g}, SFT at {LRS[1]:g})", label("relay", LRS[0], True),
                label("sft", LRS[1], False)),
-              (f"Relay at {LRS[0]:g}, with its carry - without", label("relay", LRS[0], True), label("relay", LRS[0], False))]
+              (f"Relay at {LRS[0]:g}, with its carry - without", label("relay", LRS[0], True),
+               label("relay", LRS[0], False))]
     for text, a, b in pairs:
         diff, se, _ = mini_report.paired([(records[b]["nfe"], records[a]["nfe"])])  # a - b, task by task
         lines.append(f"- {text}: {diff:+.1f} (s.e. {se:.1f})")
@@ -92,14 +95,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=100, help="the first n test tasks (at most 400)")
     p.add_argument("--tau", type=float, default=0.85)
     p.add_argument("--out", default="results/mini_study_v2_rates", help="where the per-task results are kept")
-    p.add_argument("--sandbox", default="auto", help="how generated programs are isolated (eval_code.py; docs/sandbox.md)")
+    p.add_argument("--sandbox", default="auto",
+                   help="how generated programs are isolated (eval_code.py; docs/sandbox.md)")
     args = p.parse_args(argv)
     runs.need(1 <= args.n <= 400, "--n", "in 1..400", args.n)
     runs.need(0 < args.tau < 1, "--tau", "in (0, 1)", args.tau)
     runs.need(args.sandbox in fastdllm.sandbox.MODES, "--sandbox", f"one of {', '.join(fastdllm.sandbox.MODES)}",
               args.sandbox)
     runs.check_folder(args.out, "--out")
-    missing = sorted({checkpoint(args.runs, o, lr) for o, lr, _ in DECODINGS if not os.path.isdir(checkpoint(args.runs, o, lr))})
+    folders = {checkpoint(args.runs, objective, lr) for objective, lr, _ in DECODINGS}
+    missing = sorted(folder for folder in folders if not os.path.isdir(folder))
     if missing:
         raise SystemExit(f"rate_check.py: {', '.join(missing)} missing: the pilot of scripts/table2/mini_study_v2.py "
                          f"makes them (--runs names its folder)")
