@@ -177,7 +177,9 @@ INPUTS = {"SHORT_TRAIN": lambda d: token_data(d, 100, 1000), "SHORT_HELDOUT": la
           "ODD_TRAIN": lambda d: token_data(d, 1000, 1000, odd=True), "DATA": lambda d: token_data(d, 1000, 1000),
           "NO_NFE": lambda d: kept_results(d, without_nfe), "CUT": lambda d: kept_results(d, lambda text: text[:200]),
           "CUT_V2": lambda d: kept_results(d, lambda text: text[:200], "mini_study_v2", KEPT_V2),
-          "CUT_LOG": cut_log, "PILOT": pilot_runs, "CUT_RATES": cut_rates, "CORPUS": lambda d: (os.makedirs(d / "tokenizer"), os.makedirs(d / "wheels")), "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
+          "CUT_LOG": cut_log, "PILOT": pilot_runs, "CUT_RATES": cut_rates,
+          "CORPUS": lambda d: (os.makedirs(d / "tokenizer"), os.makedirs(d / "wheels")),
+          "CUT_BUILD": lambda d: (os.makedirs(d), (d / "build.json").write_text('{"args": {"out_d'))}
 
 
 PLACEHOLDER = re.compile(r"\b(" + "|".join(INPUTS) + r"|FILE|TMP)\b")

@@ -42,15 +42,13 @@ def test_kept_decodings_are_read_not_decoded_again(tmp_path, monkeypatch):
     for name in NFE:
         (tmp_path / f"{name}_n2_tau_0.85.json").write_text(json.dumps(record(name)))
 
-
     def refuse(argv):
         raise AssertionError(f"decoded again: {argv}")
-    monkeypatch.setattr(rate_check.eval_code, "main", refuse)
+    monkeypatch.setattr(rate_check.mini_check.eval_code, "main", refuse)
     for objective, lr, _ in rate_check.DECODINGS:
         os.makedirs(rate_check.checkpoint(str(tmp_path / "runs"), objective, lr), exist_ok=True)
     records = rate_check.decode(rate_check.parse_args([f"--runs={tmp_path / 'runs'}", f"--out={tmp_path}", "--n=2"]))
     assert {name: r["nfe"] for name, r in records.items()} == NFE
-
 
 
 def test_the_docs_state_the_kept_rate_check():

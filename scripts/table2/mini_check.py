@@ -66,16 +66,24 @@ def decode(study: dict, kept: str, n: int, tau: float, work: str, sandbox: str =
     records = {}
     for name, label, carry in MODELS:
         print(f"decoding {n} tasks with {label} ({os.path.join(kept, name)})...", flush=True)
-        out = os.path.join(work, name)
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                eval_code.main([f"--model={os.path.join(kept, name)}", f"--data_path={data}", f"--threshold={tau}",
-                                f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={os.path.join(work, 'gt')}",
-                                f"--sandbox={sandbox}", f"--max_new_tokens={study['max_new_tokens']}", *EVAL_ARGS])
-        except SystemExit as e:
-            raise SystemExit(f"mini_check.py: {label}: {e}") from None
+        out = decode_model(os.path.join(kept, name), data, tau, carry, os.path.join(work, name), study["max_new_tokens"],
+                           sandbox, f"mini_check.py: {label}")
         records[label] = mini_report.compact(out, os.path.join(work, f"{name}.json"), {"model": label})
     return records
+
+
+def decode_model(model: str, data: str, tau: float, carry: bool, out: str, max_new_tokens: int, sandbox: str,
+                 who: str) -> str:
+    """eval_code.py on one model with the studies' decoding (EVAL_ARGS), its printing held back; returns out (its
+    out_dir; the ground truths are cached beside it). A failure stops in one line that starts with who."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            eval_code.main([f"--model={model}", f"--data_path={data}", f"--threshold={tau}", f"--relay_carry={carry}",
+                            f"--out_dir={out}", f"--gt_cache_dir={os.path.join(os.path.dirname(out), 'gt')}",
+                            f"--sandbox={sandbox}", f"--max_new_tokens={max_new_tokens}", *EVAL_ARGS])
+    except SystemExit as e:
+        raise SystemExit(f"{who}: {e}") from None
+    return out
 
 
 def result_paths(study: dict, kept: str, results: str, tau: float) -> dict[str, str]:

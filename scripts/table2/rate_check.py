@@ -10,8 +10,6 @@ more without it), as eval_code.py does for the study, and prints pass@1 and NFE 
 rate. One seed, so a diagnostic, not a result of the study. The per-task results are kept in --out (resumable).
 """
 import argparse
-import contextlib
-import io
 import os
 import sys
 import tempfile
@@ -20,7 +18,6 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-import eval_code  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
 from fastdllm.tasks import write_jsonl  # noqa: E402
 from scripts import runs  # noqa: E402
@@ -47,17 +44,11 @@ def decode(args: argparse.Namespace) -> dict[str, dict]:
             if name in records:
                 continue
             print(f"decoding {args.n} test tasks with {name}...", flush=True)
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    eval_code.main([f"--model={checkpoint(args.runs, objective, lr)}", f"--data_path={data}",
-                                    f"--threshold={args.tau}", f"--relay_carry={carry}", f"--out_dir={work}/{name}",
-                                    f"--gt_cache_dir={work}/gt", f"--sandbox={args.sandbox}",
-                                    f"--max_new_tokens={mini_check.STUDIES['v2']['max_new_tokens']}",
-                                    *mini_check.EVAL_ARGS])
-            except SystemExit as e:
-                raise SystemExit(f"rate_check.py: {name}: {e}") from None
+            out = mini_check.decode_model(checkpoint(args.runs, objective, lr), data, args.tau, carry,
+                                          os.path.join(work, name), mini_check.STUDIES["v2"]["max_new_tokens"],
+                                          args.sandbox, f"rate_check.py: {name}")
             meta = dict(model=name, step=STEP, tau=args.tau, protocol="test", relay_carry=carry, learning_rate=lr)
-            records[name] = mini_report.compact(os.path.join(work, name), kept_path(args, name), meta)
+            records[name] = mini_report.compact(out, kept_path(args, name), meta)
     return records
 
 
@@ -74,9 +65,9 @@ def table(records: dict[str, dict], args: argparse.Namespace) -> str:
              "| run | learning rate | relay carry | pass@1 base | pass@1 plus | mean NFE |",
              "|---|---|---|---|---|---|"]
     for objective, lr, carry in DECODINGS:
-        r = records[label(objective, lr, carry)]
-        lines.append(f"| {label(objective, lr, carry)} | {lr:g} | {'yes' if carry else 'no'} | "
-                     "{:.1f} | {:.1f} | {:.1f} |".format(*mini_check.columns(r)))
+        name = label(objective, lr, carry)
+        lines.append(f"| {name} | {lr:g} | {'yes' if carry else 'no'} | "
+                     "{:.1f} | {:.1f} | {:.1f} |".format(*mini_check.columns(records[name])))
     lines += ["", "Mean NFE per task, paired on the same tasks (difference, per-task s.e.):"]
     pairs = [(f"Relay - SFT at {lr:g}", label("relay", lr, True), label("sft", lr, False)) for lr in LRS]
     pairs += [(f"the chosen runs (Relay at {LRS[0]:g}, SFT at {LRS[1]:g})", label("relay", LRS[0], True),
