@@ -122,12 +122,17 @@ def test_the_primary_interval_and_its_verdict_by_hand():
     sft = [result(f"sft_s{s}", 30.0) for s in range(1, 7)]
     relay = [result(f"relay_s{s}", 30.0 + d) for s, d in zip(range(1, 7), (1, 2, 3, 4, 5, 6))]
     text = "\n".join(mini_report_v2.primary(sft + relay))
-    assert "+3.50" in text and "+1.54 to +5.46" in text and "±3.00" in text and "decisive" in text
+    assert "+3.50" in text and "+1.54 to +5.46" in text and "±3.00" in text and text.split("\n")[0].endswith(": decisive")
     wide = [result(f"relay_s{s}", 30.0 + d) for s, d in zip(range(1, 7), (-9, 12, 3, -4, 15, 6))]
     assert "NOT decisive" in "\n".join(mini_report_v2.primary(sft + wide))
+    # before six pairs there is no verdict: three pairs inside the bound (1, 2, 3: mean 2, half-width 2.48 < 3)
+    # say so as interim, and so does the secondary line
+    three = mini_report_v2.primary(sft[:3] + relay[:3])[0] + mini_report_v2.secondary(sft[:3] + relay[:3])[0]
+    assert "interim, inside the bound (the verdict is read at 6 seed pairs)" in three and ": decisive" not in three
+    assert "interim, non-inferior so far" in three  # equal pass@1 in every pair
     # one seed pair (the report while seeds 2-6 run) has no interval: said in words, never printed as nan
     one = "\n".join(mini_report_v2.primary(sft[:1] + relay[:1]) + mini_report_v2.secondary(sft[:1] + relay[:1]))
-    assert "no interval from one seed pair" in one and "nan" not in one and "NOT decisive" in one
+    assert "no interval from one seed pair" in one and "nan" not in one and "interim, not inside the bound" in one
 
 
 def test_the_frontier_s_mean_is_taken_over_seeds_at_each_tau_they_share():

@@ -5,7 +5,8 @@
 The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md):
 - primary: mean NFE per test task at tau 0.85, Relay - SFT, its 95% interval over the seed pairs (a t interval of the
   per-seed differences; seed s of both methods starts from the same model and reads the rows in the same order);
-  decisive when the interval's half-width is under 10% of SFT's mean NFE;
+  decisive when the interval's half-width is under 10% of SFT's mean NFE, a verdict read at PAIRS seed pairs (before,
+  the line says where the interval stands, marked interim);
 - secondary: pass@1 plus at tau 0.85 (Relay non-inferior when the interval's lower end is above -5 points), and
   pass@1 plus at matched NFE along the tau sweep (per-task paired s.e., seed s.d.).
 Also: the same at tau 0.85 in the held-out wording, validation pass@1, the chosen steps, the cost per step and the
@@ -23,6 +24,7 @@ from scripts.table2.mini_report import fmt, mean, method_of, rate, sd, select  #
 TAU = 0.85
 MARGIN = 5.0  # non-inferiority margin of pass@1, points
 DECISIVE = 0.10  # the primary interval's half-width, as a share of SFT's mean NFE
+PAIRS = 6  # the seed pairs the protocol reads its verdict at (fewer give an interim line, never a verdict)
 METHODS = {"base": "Fast-dLLM v2 (stage B)", "sft": "Vanilla SFT", "relay": "Relay", "rollout": "Rollout",
            "relay_sg": "Relay (sg)"}
 # two-sided 95% quantiles of Student's t, by degrees of freedom (tests/test_mini_report_v2.py integrates the density)
@@ -97,17 +99,24 @@ def interval_text(lo: float, hi: float, digits: int) -> str:
     return f"95% interval {lo:+.{digits}f} to {hi:+.{digits}f}"
 
 
+def verdict(pairs: int, inside: bool) -> str:
+    """The protocol's verdict at PAIRS seed pairs or more; before, where the interval stands, marked interim."""
+    if pairs < PAIRS:
+        where = "inside" if inside else "not inside"
+        return f"interim, {where} the bound (the verdict is read at {PAIRS} seed pairs)"
+    return "decisive" if inside else "NOT decisive: add seeds"
+
+
 def primary(results: list[dict]) -> list[str]:
     seeds, diffs, sft = seed_diffs(results, nfe)
     if not diffs:
         return ["no seed has both an SFT and a Relay result at tau 0.85 yet"]
     m, lo, hi = interval(diffs)
     bound = DECISIVE * mean(sft)
-    decisive = not math.isnan(lo) and (hi - lo) / 2 < bound
     pairs = f"{len(diffs)} seed pair" + ("s" if len(diffs) > 1 else "")
     return [f"Relay - SFT, mean NFE per test task at tau {TAU:g}, over {pairs}: {m:+.2f} "
             f"({interval_text(lo, hi, 2)}; SFT's mean NFE {mean(sft):.2f}, so ±10% is ±{bound:.2f}): "
-            + ("decisive" if decisive else "NOT decisive: add seeds"),
+            + verdict(len(diffs), not math.isnan(lo) and (hi - lo) / 2 < bound),
             "", "Per seed (SFT, Relay, difference): " + "; ".join(
                 f"s{s}: {a:.2f}, {a + d:.2f}, {d:+.2f}" for s, a, d in zip(seeds, sft, diffs))]
 
@@ -117,9 +126,11 @@ def secondary(results: list[dict]) -> list[str]:
     if not diffs:
         return []
     m, lo, hi = interval(diffs)
-    verdict = "non-inferior" if lo > -MARGIN else ("inferior" if hi < -MARGIN else "not shown non-inferior")
+    reading = "non-inferior" if lo > -MARGIN else ("inferior" if hi < -MARGIN else "not shown non-inferior")
+    if len(diffs) < PAIRS:
+        reading = f"interim, {reading} so far (the verdict is read at {PAIRS} seed pairs)"
     lines = [f"Relay - SFT, pass@1 plus at tau {TAU:g}, points: {m:+.1f} ({interval_text(lo, hi, 1)}; "
-             f"margin -{MARGIN:g}): {verdict}", "",
+             f"margin -{MARGIN:g}): {reading}", "",
              "pass@1 plus at matched NFE along the tau sweep (Relay - SFT; per-task paired s.e., seed s.d.):", "",
              "| NFE | SFT | Relay | difference | s.e. | seed s.d. |", "|---|---|---|---|---|---|"]
     found = mini_report.curves(results, "test")
