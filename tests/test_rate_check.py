@@ -66,3 +66,34 @@ def test_the_docs_state_the_kept_rate_check():
     # the prose quotes each paired difference: "+5.4 NFE at 3e-4 and +7.9 at 1e-3 (per-task s.e. 0.9 and 0.7)"
     for diff, se in re.findall(r": ([+-][\d.]+) \(s\.e\. ([\d.]+)\)", text):
         assert diff in page and se in page, (diff, se)
+
+
+def test_a_new_decoding_is_kept_with_the_device_it_ran_on(tmp_path, monkeypatch):
+    """The kept JSON names the device (the study's reports say where each result was decoded); eval_code.py's
+    out_dir is stood in for by its three files. Fails with `device` dropped from the kept record."""
+    def fake_decode(model, data, tau, carry, out, max_new_tokens, sandbox, who):
+        os.makedirs(out)
+        summary = {key: 50.0 for key in rate_check.mini_report.RESULT_KEYS}
+        with open(os.path.join(out, "results.json"), "w") as f:
+            json.dump(summary, f)
+        with open(os.path.join(out, "samples.jsonl"), "w") as f:
+            f.writelines(json.dumps({"task_id": t, "nfe": 40}) + "\n" for t in IDS)
+        with open(os.path.join(out, "judged.jsonl"), "w") as f:
+            f.writelines(json.dumps({"task_id": t, "base": True, "plus_inputs": i == 0}) + "\n" for i, t in enumerate(IDS))
+        return out
+    monkeypatch.setattr(rate_check.mini_check, "decode_model", fake_decode)
+    monkeypatch.setattr(rate_check.mini_check, "v2_tasks", lambda n: [{"task_id": t} for t in IDS[:n]])
+    for objective, lr, _ in rate_check.DECODINGS:
+        os.makedirs(rate_check.checkpoint(str(tmp_path / "runs"), objective, lr), exist_ok=True)
+    args = rate_check.parse_args([f"--runs={tmp_path / 'runs'}", f"--out={tmp_path / 'kept'}", "--n=2"])
+    rate_check.decode(args)
+    for d in rate_check.DECODINGS:
+        kept = rate_check.mini_report.read_kept(rate_check.kept_path(args, rate_check.label(*d)))
+        assert kept["device"] == "cpu" and kept["plus"] == [1, 0] and kept["nfe"] == [40, 40]
+
+
+def test_every_kept_rate_check_result_names_its_device():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    kept = os.path.join(root, "results", "mini_study_v2_rates")
+    for name in sorted(os.listdir(kept)):
+        assert rate_check.mini_report.read_kept(os.path.join(kept, name)).get("device") == "cpu", name

@@ -34,8 +34,9 @@ from scripts.table2 import mini_report  # noqa: E402
 
 # (kept directory, label, decode with the relay carry)
 MODELS = (("adapt", "Fast-dLLM v2 (stage B)", False), ("sft_s1", "Vanilla SFT", False), ("relay_s1", "Relay", True))
+DEVICE = "cpu"  # the check is the README's, on the machine a user first has
 EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--batch_size=32", "--dtype=float32",
-             "--device=cpu", "--decode=authors"]
+             f"--device={DEVICE}", "--decode=authors"]
 
 
 def v1_tasks(n: int) -> list[dict]:

@@ -47,7 +47,8 @@ def decode(args: argparse.Namespace) -> dict[str, dict]:
             out = mini_check.decode_model(checkpoint(args.runs, objective, lr), data, args.tau, carry,
                                           os.path.join(work, name), mini_check.STUDIES["v2"]["max_new_tokens"],
                                           args.sandbox, f"rate_check.py: {name}")
-            meta = dict(model=name, step=STEP, tau=args.tau, protocol="test", relay_carry=carry, learning_rate=lr)
+            meta = dict(model=name, step=STEP, tau=args.tau, protocol="test", relay_carry=carry, learning_rate=lr,
+                        device=mini_check.DEVICE)
             records[name] = mini_report.compact(out, kept_path(args, name), meta)
     return records
 
