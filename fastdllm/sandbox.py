@@ -530,6 +530,25 @@ def _has_exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
+# A process inside execve() reads as an empty environ for a moment (its new memory has no environment
+# yet), so one clean pass proves nothing: the sweep ends only after finding no marked process for
+# SWEEP_QUIET_S, or at SWEEP_DEADLINE_S if marked processes keep appearing (a fork bomb).
+SWEEP_QUIET_S, SWEEP_DEADLINE_S = 0.05, 2.0
+
+
+def _marked_pids(needle: bytes) -> list[int]:
+    """Live processes whose environment carries `needle` (zombies have none left to read)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
 def _kill_all(pgid: int, marker: str) -> None:
     """SIGKILL the program's process group and, in the unsafe mode, every process that still carries the
     run's environment marker (children that left the group with setsid())."""
@@ -540,18 +559,17 @@ def _kill_all(pgid: int, marker: str) -> None:
     if not marker:
         return
     needle = f"RELAY_SANDBOX_RUN={marker}".encode()
-    for _ in range(3):  # a forking child may add a process while we scan
-        found = False
-        for pid in filter(str.isdigit, os.listdir("/proc")):
+    start = last_found = time.monotonic()
+    while time.monotonic() - last_found < SWEEP_QUIET_S and time.monotonic() - start < SWEEP_DEADLINE_S:
+        pids = _marked_pids(needle)
+        for pid in pids:
             try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if needle in f.read():
-                        os.kill(int(pid), signal.SIGKILL)
-                        found = True
-            except OSError:
-                continue
-        if not found:
-            return
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if pids:
+            last_found = time.monotonic()
+        time.sleep(0.005)
 
 
 def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes | None, bytes, bool]:

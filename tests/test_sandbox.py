@@ -231,6 +231,24 @@ def test_background_child_that_left_the_group_cannot_write_later(mode, tmp_path)
     assert not late.exists()
 
 
+def test_sweep_outlasts_a_process_that_shows_its_marker_late(monkeypatch):
+    """A process inside execve() reads as an empty environ for a moment, so the unsafe mode's sweep
+    must keep looking after a clean pass. Stand-in: a process that gains the marker by an exec 0.1 s
+    after the sweep starts. Checked: survived when the sweep returned after its first clean pass (the
+    old fixed passes let about 3% of double-forked grandchildren write later under load)."""
+    monkeypatch.setattr(fastdllm.sandbox, "SWEEP_QUIET_S", 1.0)  # wide margin over the 0.1 s
+    marker, tok = token(), token()
+    late = subprocess.Popen(["sh", "-c", f"sleep 0.1; exec env RELAY_SANDBOX_RUN={marker} sleep 30.{tok}"],
+                            start_new_session=True)
+    gone_group = subprocess.Popen(["true"], start_new_session=True)
+    gone_group.wait()  # a group with no members left: only the sweep can reach `late`
+    try:
+        fastdllm.sandbox._kill_all(gone_group.pid, marker)
+        assert late.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        late.kill()
+
+
 def test_parent_environment_is_out_of_reach(mode):
     """A harness started with a secret in its environment; the program reads the environ of each of
     its ancestors and of every process, and turns a found secret into a right answer and into stderr.
