@@ -7,7 +7,10 @@ fields (the presets that share settings first execute a base file, e.g. config/b
 to a plain string). Unknown keys and wrong types are errors, so a typo never silently
 leaves a default in place. The defaults and their meaning live in the script's
 config dataclass, one field per line.
+
+The scripts that take plain flags use ArgumentParser below: argparse whose refusals are one line.
 """
+import argparse
 import ast
 import dataclasses
 import os
@@ -21,6 +24,14 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     pass
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that refuses a bad flag in one line, `prog: error: <what> (--help lists the flags)`, exit
+    status 2, instead of the usage block followed by the error."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
 
 
 def _coerce(name: str, value: Any, typ: Any) -> Any:

@@ -43,6 +43,7 @@ import pandas as pd
 from tqdm import tqdm
 
 import common
+import configurator
 import sudoku.board
 import sudoku.hard
 import sudoku.standin
@@ -70,8 +71,8 @@ def pool_map(fn, items: list, workers: int, desc: str, chunksize: int = 64) -> l
 # arguments and the cache key
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Prepare the Sudoku data (see the module docstring).",
-                                epilog="The Fast-dLLM v2 SFT data: python -m fastdllm.data -h")
+    p = configurator.ArgumentParser(description="Prepare the Sudoku data (see the module docstring).",
+                                  epilog="The Fast-dLLM v2 SFT data: python -m fastdllm.data -h")
     p.add_argument("--source", choices=["generate", "hf", "file", "larsdoku", "standin"], default="generate",
                    help="standin: Sudoku-Extreme's easy/hard mix offline (sudoku/standin.py)")
     p.add_argument("--collections", default=",".join(sudoku.hard.LARSDOKU_COLLECTIONS),

@@ -17,7 +17,6 @@ that naked and hidden singles cannot finish). Decoding is confidence-threshold u
 model's accuracy at the same mean number of forward passes, interpolated along its sweep
 (sudoku/frontier.py), with binomial standard errors.
 """
-import argparse
 import json
 import os
 import time
@@ -32,6 +31,7 @@ import sudoku.hard
 from common import folder_problem, load_model
 from sudoku.puzzle_files import strings_to_digits
 from sudoku.decode import decode_boards
+import configurator
 
 REFERENCES = {"standin": {"MLM": "reference/standin_mlm.safetensors", "Relay": "reference/standin_relay.safetensors"},
               # the earlier pairs: trained on hard puzzles only, and on the easy generated mix (17-45 clues;
@@ -100,7 +100,7 @@ def save_figure(results: dict[str, dict[str, list[dict]]], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--models", choices=sorted(REFERENCES), default="standin", help="which reference pair")
     p.add_argument("--n", type=int, default=100, help="puzzles per set")
     p.add_argument("--seed", type=int, default=2026, help="seed of the fresh hard puzzles")

@@ -36,6 +36,7 @@ from sudoku.decode import (DTYPES, DecodeResult, batch_level_nfe, check_question
 from sudoku.report import (NFE_AXES, check_same_puzzles, data_source, format_frontier, format_table, is_collapsed,
                            load_results, plot_pareto, tau_key)
 from sudoku.show import show_puzzle, write_boards
+import configurator
 
 TAUS = (0.05, 0.10, 0.15, 0.20, 0.25)  # the paper's inference sweep
 AUTHORS_BATCH = 512  # the batch size of the authors' validation (their batch-level NFE)
@@ -150,8 +151,8 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def get_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Evaluate Sudoku checkpoints: τ sweep, Table 1, Pareto figure, "
-                                "or one puzzle step by step.", allow_abbrev=False)
+    p = configurator.ArgumentParser(description="Evaluate Sudoku checkpoints: τ sweep, Table 1, Pareto figure, "
+                                  "or one puzzle step by step.", allow_abbrev=False)
     p.add_argument("--ckpt", default="", help="checkpoint out_dir(s) or .pt file(s), comma-separated; "
                    "checkpoints with the same objective and tying are seeds of one method")
     p.add_argument("--results", default="", help="earlier --out JSON file(s), comma-separated: their checkpoints join "

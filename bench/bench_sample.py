@@ -9,7 +9,6 @@ batch) is at least 2x faster than running every batch until its slowest puzzle i
 With random weights every puzzle fills one cell per step, so the early-exit ratio then only
 reflects the spread of blank counts; measure it on a trained checkpoint (--ckpt).
 """
-import argparse
 import os
 import statistics
 import sys
@@ -19,6 +18,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import configurator  # noqa: E402
 import sudoku.decode  # noqa: E402
 from common import pick_device  # noqa: E402
 from common import load_model  # noqa: E402
@@ -50,7 +50,7 @@ def generated_puzzles(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--ckpt", default="", help="a relay checkpoint (default: random weights of --size)")
     p.add_argument("--data", default="", help="puzzles as for sample.py --data (default: generated)")
     p.add_argument("--data_dir", default="data/sudoku")

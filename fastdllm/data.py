@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 import common
+import configurator
 from fastdllm.model import CHAT_TEMPLATE, HUB_ID
 
 LEAK_PATTERNS = ("humaneval", "human_eval", "mbpp", "evalplus", "math-500", "math500")
@@ -247,7 +248,7 @@ def load_tokenizer(name: str):
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="Build the Fast-dLLM v2 SFT data.")
+    p = configurator.ArgumentParser(description="Build the Fast-dLLM v2 SFT data.")
     p.add_argument("--out_dir", default="data/sft")
     p.add_argument("--source", default="hub", help="hub (c40m60 mixture) | toy | path to a JSONL of {messages} or {prompt, answer}")
     p.add_argument("--tokenizer", default=HUB_ID, help="tokenizer for the length filter (hub id, local dir, or tiny)")

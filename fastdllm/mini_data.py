@@ -24,6 +24,7 @@ import textwrap
 from tqdm import tqdm
 
 import common
+import configurator
 from fastdllm import mini_corpus, tasks
 from fastdllm.prompt import training_messages
 
@@ -146,7 +147,7 @@ def build_tasks(args: argparse.Namespace, tokenizer, files: list[dict]) -> dict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out_dir", default="data/mini")
     p.add_argument("--vocab_size", type=int, default=4096)
     p.add_argument("--n_tasks_train", type=int, default=20000, help="stage C's rows")

@@ -25,6 +25,7 @@ import sys
 from tqdm import tqdm
 
 import common
+import configurator
 from fastdllm import mini_corpus, tasks_v2
 from fastdllm.mini_data import docstring_pairs, fits
 from fastdllm.prompt import training_messages
@@ -116,7 +117,7 @@ def build_files(args: argparse.Namespace, tokenizer, files: list[dict]) -> dict:
 
 
 def parse_args(argv: list[str] | None, check_corpus: bool = True) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus_dir", default="data/mini", help="python -m fastdllm.mini_data's folder (corpus, tokenizer)")
     p.add_argument("--out_dir", default="data/mini2")
     p.add_argument("--n_train", type=int, default=30000, help="stage C's rows")

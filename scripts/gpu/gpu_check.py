@@ -35,6 +35,9 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+import configurator  # noqa: E402
+
 PY = sys.executable
 clock = time.monotonic  # the budget's clock (tests replace it with a fake one)
 SMOKE_LIMIT_S = 1800  # every part's time limit in --smoke mode (plan)
@@ -489,7 +492,7 @@ def pack(out_dir: str, dest: str) -> list[str]:
 # ----------------------------------------------------------------------------- main
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = configurator.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--smoke", action="store_true", help="CPU, tiny sizes: checks that every part runs and reports")
     p.add_argument("--out_dir", default=None, help="default gpu_report/ (smoke: out/gpu_check_smoke/)")
     p.add_argument("--budget_minutes", type=float, default=None, help="stop starting parts after this (default 9; "

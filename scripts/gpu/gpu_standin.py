@@ -30,6 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 from scripts import runs  # noqa: E402
 from scripts.sudoku import standin_protocol, standin_report  # noqa: E402
 from scripts.sudoku.standin_study import FORWARDS, FULL, LIGHT, SETS, SMOKE_PROTOCOL  # noqa: E402
@@ -365,7 +366,7 @@ def check_same_puzzles(data_dir: str, compare: str) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--data_dir", default="data/sudoku-standin-gpu", help="the stand-in's files (docs/gpu.md)")
     p.add_argument("--runs", default="runs/gpu_standin", help="the two training runs")
     p.add_argument("--out", default="results/gpu_standin", help="the kept results, the report and the summary")

@@ -19,7 +19,6 @@ MLM has no buffer, so it runs once. Every validation record (exact match and NFE
 first eval_puzzles validation puzzles, EMA weights) becomes a point at the training time spent so far;
 validation time itself is not counted. Outputs in --runs: budget.png, budget.json, the printed table.
 """
-import argparse
 import json
 import math
 import os
@@ -27,6 +26,7 @@ import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
@@ -126,7 +126,7 @@ def plot(curves: dict[str, list[dict]], styles: dict[str, tuple[str, str]], path
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--minutes", type=float, help="wall-clock budget per run (default 60)")
     p.add_argument("--iters", type=int, help="step budget of the K=2 objectives (MLM gets 2x; instead of minutes)")
     p.add_argument("--objectives", default=",".join(runs.OBJECTIVES))

@@ -10,7 +10,6 @@ puzzles (a puzzle already finished counts 0, so a row sums to the mean number of
 the later ones do. With answers and several checkpoints it then prints their exact match at matched NFE
 (Sec. 4.1): five budgets spread over the NFE range every τ sweep covers, interpolated along each sweep.
 """
-import argparse
 import os
 import sys
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 from sample import load_checkpoints  # noqa: E402
 import sudoku.frontier  # noqa: E402
 from sudoku.board import MASK  # noqa: E402
@@ -60,7 +60,7 @@ def clue_range(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--ckpt", required=True, help="checkpoints (.safetensors or run directories), comma-separated")
     p.add_argument("--data", default="test", help="a split (train, val, test) or a puzzle file")
     p.add_argument("--data_dir", default="data/sudoku-standin", help="where the splits are")

@@ -17,13 +17,13 @@ are compute-matched either way. --parent_from reuses finished MLM runs as parent
 Then sample.py evaluates the parents (the "no adaptation" reference) and the four children of every
 seed on the same test puzzles: results.json, table.md and pareto.png in --runs.
 """
-import argparse
 import os
 import shlex
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
@@ -32,7 +32,7 @@ SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--parent_minutes", type=float, help="MLM pretraining budget N (wall-clock)")
     p.add_argument("--minutes", type=float, help="adaptation budget M per objective (wall-clock)")
     p.add_argument("--parent_iters", type=int, help="MLM pretraining budget in steps (instead of minutes)")

@@ -12,12 +12,12 @@ on load).
 common.load_model reads the file like a run directory, so sample.py --ckpt=reference/relay.safetensors
 works too.
 """
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 from common import CheckpointError, load_checkpoint  # noqa: E402
 from common import load_weights, save_weights  # noqa: E402
 from model import model_from_checkpoint  # noqa: E402
@@ -34,7 +34,7 @@ def portable_config(config: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--ckpt", required=True, help="a train_sudoku.py out_dir or its ckpt.pt, or an exported "
                    ".safetensors file (written again with a digest and portable paths)")
     p.add_argument("--out", required=True, help="the .safetensors file to write")

@@ -25,6 +25,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import sudoku.frontier  # noqa: E402
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
@@ -157,7 +158,7 @@ def plot(results: dict[str, dict[str, list[dict]]], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--runs", default="runs/hard")
     p.add_argument("--data_dir", default="data/sudoku-hard")
     p.add_argument("--easy_data_dir", default="data/sudoku")

@@ -13,13 +13,13 @@ Steps (each is a plain command, echoed as it runs):
   3. python sample.py --ckpt=<all runs> --data=test --n=2000 --table --plot=runs/cpu/pareto.png --out=runs/cpu/results.json
 Outputs in --runs: results.json (sample.py's JSON), pareto.png, table.md, each run's train.log and metrics.jsonl.
 """
-import argparse
 import os
 import shlex
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import sudoku.report  # noqa: E402
 from scripts import runs  # noqa: E402
 
@@ -28,7 +28,7 @@ SMOKE_DATA = ["--n_train=400", "--n_val=20", "--n_test=64", "--min_clues=30"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--seeds", default="1", help="comma-separated training seeds")
     p.add_argument("--objectives", default=",".join(runs.OBJECTIVES))
     p.add_argument("--runs", default="runs/cpu", help="where the runs, results.json and pareto.png go")

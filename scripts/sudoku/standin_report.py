@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import sudoku.frontier  # noqa: E402
 import sudoku.report  # noqa: E402
 from scripts.sudoku.standin_protocol import FILE, FULL, LIGHT, RUN, SETS, slug  # noqa: E402
@@ -414,8 +415,7 @@ def report(out: str, figures: str, data_dir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--out", default="results/standin_study", help="the kept results; the report is written here")
     p.add_argument("--figures", default="", help="where the figures go (default: --out)")
     p.add_argument("--data_dir", default="data/sudoku-standin", help="the study's data (else out/puzzles.json)")

@@ -28,6 +28,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 from scripts import runs  # noqa: E402
 from scripts.sudoku.standin_protocol import FULL, LIGHT, SETS, result_path  # noqa: E402
 
@@ -134,7 +135,7 @@ def run_all(args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--seeds", default="1,2,3", help="seeds of MLM and Relay")
     p.add_argument("--extra", default="rollout,relay_sg", help="objectives trained once (first seed) after MLM and "
                    "Relay; '' for none")

@@ -8,7 +8,6 @@ unique) on a grid from an independently written sampler (scripts/sudoku/independ
 decodes both sets at --tau; exact match is reported per clue-count bucket. A model that learned
 Sudoku scores the same on both (within noise); a model that learned its generator's habits does not.
 """
-import argparse
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import sudoku.board  # noqa: E402
 from scripts.sudoku.independent_grids import independent_grid  # noqa: E402
 
@@ -67,7 +67,7 @@ def table(results: dict[str, dict[str, dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--ckpt", required=True, help="checkpoint out_dir(s) or .pt file(s), comma-separated")
     p.add_argument("--labels", default="", help="a name per checkpoint, comma-separated (default: its path)")
     p.add_argument("--data_dir", default="data/sudoku")

@@ -24,6 +24,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+import configurator  # noqa: E402
 import common  # noqa: E402
 import eval_code  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
@@ -141,7 +142,7 @@ def rel(path: str) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--study", choices=sorted(STUDIES), default="v2", help="which miniature study's kept models")
     p.add_argument("--kept", default=None, help="the kept checkpoint directories (default: the study's)")
     p.add_argument("--results", default=None, help="the study's kept results (default: the study's)")

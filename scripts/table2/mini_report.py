@@ -11,10 +11,13 @@ the NFE, so tasks can be paired. The report (out/mini_study.md, figures in --fig
 - NFE at matched pass@1; the accuracy-NFE frontier figure; the gap against fine-tuning compute (light protocol).
 pass@1 is the plus column (plus inputs alone, the authors' rule of Table 2) unless a table says base.
 """
-import argparse
 import json
 import math
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 
 RESULT_KEYS = ("pass1_base", "pass1_plus_authors", "pass1_plus_evalplus", "mean_nfe")
 SPLITS = {"heldout": "held-out compositions", "seen": "seen compositions"}
@@ -388,7 +391,7 @@ def report(out: str, figures: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("out", nargs="?", default="results/mini_study", help="the folder of kept results")
     args = p.parse_args(argv)
     if not os.path.isdir(args.out):

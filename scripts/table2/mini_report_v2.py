@@ -12,12 +12,12 @@ The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md
 Also: the same at tau 0.85 in the held-out wording, validation pass@1, the chosen steps, the cost per step and the
 share of clipped steps, and the accuracy-NFE frontier figure.
 """
-import argparse
 import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 from scripts.table2 import mini_report  # noqa: E402
 from scripts.table2.mini_report import fmt, mean, method_of, rate, sd, select  # noqa: E402
 
@@ -218,7 +218,7 @@ def report(out: str, figures: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("out", nargs="?", default="results/mini_study_v2", help="the folder of kept results")
     args = p.parse_args(argv)
     if not os.path.isdir(args.out):

@@ -31,6 +31,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import common  # noqa: E402
 from scripts import runs  # noqa: E402
 from scripts.table2 import mini_report  # noqa: E402
@@ -311,7 +312,7 @@ def torch_cuda() -> bool:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--seeds", default="1,2,3", help="seeds of SFT and Relay")
     p.add_argument("--extra", default="rollout,relay_sg", help="objectives fine-tuned once (first seed); '' for none")
     p.add_argument("--lanes", type=int, default=2, help="runs at once (one per core; on a GPU, every run: 10)")

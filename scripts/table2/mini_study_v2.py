@@ -34,6 +34,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 import common  # noqa: E402
 from scripts import runs  # noqa: E402
 from scripts.table2 import mini_report, mini_report_v2, mini_study  # noqa: E402
@@ -321,7 +322,7 @@ def run_all(args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--seeds", default="1,2,3,4,5,6", help="seeds of SFT and Relay (1 is the pilot's)")
     p.add_argument("--extra", default="", help="objectives fine-tuned once, seed 1 (rollout, relay_sg)")
     p.add_argument("--lrs", default=",".join(f"{lr:g}" for lr in LRS), help="the pilot's learning rates")

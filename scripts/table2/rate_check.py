@@ -18,6 +18,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+import configurator  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
 from fastdllm.tasks import write_jsonl  # noqa: E402
 from scripts import runs  # noqa: E402
@@ -82,7 +83,7 @@ def table(records: dict[str, dict], args: argparse.Namespace) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--runs", default="runs/mini2", help="the study's runs folder (its pilot's four seed-1 runs)")
     p.add_argument("--n", type=int, default=100, help="the first n test tasks (at most 400)")
     p.add_argument("--tau", type=float, default=0.85)
