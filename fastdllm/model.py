@@ -298,7 +298,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def in_hub_cache(path: str) -> bool:
-    """A snapshot the hub client downloaded (it checks what it transfers)."""
+    """A snapshot in the hub cache: check_files verifies it against its blobs' hash names (verify_hub_snapshot)."""
     from huggingface_hub.constants import HF_HUB_CACHE
     return os.path.realpath(path).startswith(os.path.realpath(HF_HUB_CACHE) + os.sep)
 
@@ -319,8 +319,8 @@ def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False)
     itself, verified here: ValueError with one line naming the file on any difference. A local directory without
     a manifest is refused too, whether or not model.safetensors says one was written (SHA256_IN): one damaged byte
     of that mark, or another tool, gives a directory no file of which can be verified. allow_unverified loads it
-    anyway, with a warning; it never lets a manifest that disagrees with its files through. A hub download without
-    a manifest (the hub client checks its transfer) loads with a warning. Returns what was checked, for the run's
+    anyway, with a warning; it never lets a manifest that disagrees with its files through. A hub download (a
+    snapshot in the hub cache) is checked against its blobs' hash names instead (verify_hub_snapshot). Returns what was checked, for the run's
     records."""
     import common  # the manifest rules shared with the resume state
     way_out = f"restore {ckpt_dir} from a copy, or train it again"
@@ -331,9 +331,7 @@ def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False)
     if not os.path.isfile(os.path.join(ckpt_dir, "config.json")):
         raise ValueError(f"{ckpt_dir} is not a Fast-dLLM checkpoint directory (no config.json)")
     if downloaded:
-        how = "a hub download (the hub client checks its transfer; no manifest of ours)"
-        print(f"warning: {ckpt_dir}: its files are not verified ({how})", file=sys.stderr)
-        return f"not verified: {how}"
+        return verify_hub_snapshot(ckpt_dir, allow_unverified)
     missing = os.path.join(ckpt_dir, common.MANIFEST)
     why = _why_no_manifest(ckpt_dir)
     if not allow_unverified:
@@ -342,6 +340,30 @@ def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False)
     print(f"WARNING: {missing} is missing ({why}): loading {ckpt_dir} UNVERIFIED because of {ALLOW_UNVERIFIED}; "
           "a damaged or changed file goes unnoticed", file=sys.stderr)
     return f"not verified: no {common.MANIFEST} ({why}), loaded with {ALLOW_UNVERIFIED}"
+
+
+def verify_hub_snapshot(ckpt_dir: str, allow_unverified: bool = False) -> str:
+    """A hub cache snapshot links each file to a blob named by its content hash (sha256 for LFS files, git's blob
+    sha1 for small ones): every file is checked against that name. ValueError with one line naming the first file
+    that differs or is no such link; allow_unverified loads it anyway, with a warning."""
+    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+    for folder, _, names in os.walk(ckpt_dir):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            blob = os.path.realpath(path)
+            want = os.path.basename(blob)
+            with open(blob, "rb") as f:
+                got = (sha_fileobj(f).hex() if len(want) == 64 else git_hash(f.read()) if len(want) == 40 else None)
+            if got == want:
+                continue
+            why = ("is not a link to a hub cache blob named by its hash" if got is None else
+                   f"differs from the hash its hub cache blob is named by ({want[:12]}...): {blob} was changed or damaged")
+            if not allow_unverified:
+                raise ValueError(f"{path} {why}; delete the snapshot and download it again, or load it unverified "
+                                 f"with {ALLOW_UNVERIFIED}")
+            print(f"WARNING: {path} {why}: loading {ckpt_dir} UNVERIFIED because of {ALLOW_UNVERIFIED}", file=sys.stderr)
+            return f"not verified: {path} {why}, loaded with {ALLOW_UNVERIFIED}"
+    return "verified: every file against the hash its hub cache blob is named by"
 
 
 def _why_no_manifest(ckpt_dir: str) -> str:

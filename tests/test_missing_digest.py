@@ -267,3 +267,42 @@ def test_a_hub_layout_directory_loads_only_when_allowed_and_the_run_records_it(f
                         "--dtype=float32", "--allow_unverified=True", SANDBOX, f"--out_dir={out}"])
         recorded = json.loads((out / "results.json").read_text())["model_files"]
         assert recorded.startswith("verified" if verified else "not verified"), recorded
+
+
+def hub_cache_snapshot(cache, source) -> str:
+    """source's files laid out as the hub client caches them: blobs named by their hash (sha256 for the weights,
+    as for LFS files; git's blob sha1 for the rest), linked from snapshots/<revision>/."""
+    import hashlib
+    repo = cache / "models--org--tiny"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for f in sorted(source.iterdir()):
+        data = f.read_bytes()
+        name = (hashlib.sha256(data).hexdigest() if f.suffix == ".safetensors"
+                else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
+        (repo / "blobs" / name).write_bytes(data)
+        (snapshot / f.name).symlink_to(os.path.join("..", "..", "blobs", name))
+    return str(snapshot)
+
+
+def test_a_hub_cache_snapshot_is_verified_against_its_blob_hashes(tmp_path, monkeypatch):
+    """A snapshot in the hub cache loads verified, each file against the hash its blob is named by; a flipped
+    weight byte in a blob, or a file that is no link to a blob, is refused in one line naming the file. Bug
+    checked: a hub snapshot loaded with only a warning, whatever its blobs held."""
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    hub_layout_dir(tmp_path / "saved")
+    snapshot = hub_cache_snapshot(tmp_path / "cache", tmp_path / "saved")
+    model, _ = load_fastdllm(snapshot, dtype=torch.float32)
+    assert model.files_check.startswith("verified"), model.files_check
+    weights = os.path.realpath(os.path.join(snapshot, "model.safetensors"))
+    data = bytearray(open(weights, "rb").read())
+    data[-1] ^= 1
+    open(weights, "wb").write(bytes(data))
+    with pytest.raises(ValueError, match="model.safetensors differs from the hash its hub cache blob is named by"):
+        load_fastdllm(snapshot, dtype=torch.float32)
+    os.remove(os.path.join(snapshot, "model.safetensors"))
+    shutil.copy(tmp_path / "saved" / "model.safetensors", os.path.join(snapshot, "model.safetensors"))
+    with pytest.raises(ValueError, match="model.safetensors is not a link to a hub cache blob"):
+        load_fastdllm(snapshot, dtype=torch.float32)
