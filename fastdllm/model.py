@@ -320,8 +320,8 @@ def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False)
     a manifest is refused too, whether or not model.safetensors says one was written (SHA256_IN): one damaged byte
     of that mark, or another tool, gives a directory no file of which can be verified. allow_unverified loads it
     anyway, with a warning; it never lets a manifest that disagrees with its files through. A hub download (a
-    snapshot in the hub cache) is checked against its blobs' hash names instead (verify_hub_snapshot). Returns what was checked, for the run's
-    records."""
+    snapshot in the hub cache) is checked against its blobs' hash names instead (verify_hub_snapshot). Returns
+    what was checked, for the run's records."""
     import common  # the manifest rules shared with the resume state
     way_out = f"restore {ckpt_dir} from a copy, or train it again"
     manifest = common.read_manifest(ckpt_dir, fields=("files",), way_out=way_out)
@@ -346,14 +346,20 @@ def verify_hub_snapshot(ckpt_dir: str, allow_unverified: bool = False) -> str:
     """A hub cache snapshot links each file to a blob named by its content hash (sha256 for LFS files, git's blob
     sha1 for small ones): every file is checked against that name. ValueError with one line naming the first file
     that differs or is no such link; allow_unverified loads it anyway, with a warning."""
-    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+    import common  # the same sha256 the manifests use
+    from huggingface_hub.utils.sha import git_hash
     for folder, _, names in os.walk(ckpt_dir):
         for name in sorted(names):
             path = os.path.join(folder, name)
             blob = os.path.realpath(path)
             want = os.path.basename(blob)
-            with open(blob, "rb") as f:
-                got = (sha_fileobj(f).hex() if len(want) == 64 else git_hash(f.read()) if len(want) == 40 else None)
+            if len(want) == 64:
+                got = common.file_sha256(blob)
+            elif len(want) == 40:
+                with open(blob, "rb") as f:
+                    got = git_hash(f.read())
+            else:
+                got = None
             if got == want:
                 continue
             why = ("is not a link to a hub cache blob named by its hash" if got is None else

@@ -5,6 +5,7 @@ refused in one line by every loader; so is any local Fast-dLLM directory without
 or another tool's), which loads only with --allow_unverified=True, and the run then says and records that
 it was not verified. Each test names the bug it was seen failing on."""
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -272,7 +273,6 @@ def test_a_hub_layout_directory_loads_only_when_allowed_and_the_run_records_it(f
 def hub_cache_snapshot(cache, source) -> str:
     """source's files laid out as the hub client caches them: blobs named by their hash (sha256 for the weights,
     as for LFS files; git's blob sha1 for the rest), linked from snapshots/<revision>/."""
-    import hashlib
     repo = cache / "models--org--tiny"
     snapshot = repo / "snapshots" / ("0" * 40)
     (repo / "blobs").mkdir(parents=True)
