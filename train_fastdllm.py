@@ -30,7 +30,7 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -200,10 +200,12 @@ class Batches:
             raise ValueError(f"{len(rows)} training rows are fewer than one batch per rank ({batch_size} x {world})")
         self.rows, self.bs, self.rank, self.world = rows, batch_size, rank, world
         self.order, self.pos = common.BatchOrder(len(rows), seed), 0
+        self.last: list[int] = []  # the row indices of the batch next() returned last (RowLedger counts them)
 
     def next(self) -> list:
         batch = self.order.rows(self.pos, self.bs * self.world)[self.rank * self.bs:(self.rank + 1) * self.bs]
         self.pos += self.bs * self.world
+        self.last = [int(i) for i in batch]
         return [self.rows[i] for i in batch]
 
     def state_dict(self) -> dict:
@@ -217,6 +219,54 @@ class Batches:
             self.pos = s["epoch"] * len(self.rows) + s["pos"] * self.world
         else:
             self.pos = s["pos"]
+
+
+class RowLedger:
+    """What the training rows did in one optimizer step, as the authors' streaming batch reports it:
+    new: rows that entered training (SFT: every row of the window; the rollout objectives: the rows the
+        buffer's finished slots took, the first of each incoming batch; the loader's other rows are dropped);
+    finished: rows trained to the end (SFT: the same rows; rollout: slots with no mask left after the step,
+        evicted at the next refill);
+    distinct: rows of the data file trained on so far, over every rank (kept in resume/);
+    mask_ratio (rollout objectives): masked share of the response cells in the K states each loss is taken on.
+    Counts are this rank's until gather() adds the other ranks' at the step's end."""
+
+    def __init__(self):
+        self.seen: set[int] = set()
+        self.start_step()
+
+    def start_step(self) -> None:
+        self.new, self.finished, self.masked, self.cells, self.taken = 0, 0, 0, 0, []
+
+    def take(self, indices: list[int], finished: int) -> None:
+        self.new += len(indices)
+        self.finished += finished
+        self.taken += indices
+
+    def states(self, masked: int, cells: int) -> None:
+        self.masked, self.cells = self.masked + masked, self.cells + cells
+
+    def gather(self, world: int) -> dict:
+        """Every rank calls it (a collective when world > 1); returns the step's counts over all ranks."""
+        counts, taken = [self.new, self.finished, self.masked, self.cells], [self.taken]
+        if world > 1:
+            everyone = [None] * world
+            dist.all_gather_object(everyone, (counts, self.taken))
+            counts = [sum(c[i] for c, _ in everyone) for i in range(4)]
+            taken = [t for _, t in everyone]
+        for t in taken:
+            self.seen.update(t)
+        new, finished, masked, cells = counts
+        stats = {"new_rows": new, "finished_rows": finished, "distinct_rows": len(self.seen)}
+        if cells:
+            stats["mask_ratio"] = masked / cells
+        return stats
+
+    def state_dict(self) -> dict:
+        return {"seen": sorted(self.seen)}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.seen = set(s["seen"])
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -283,6 +333,9 @@ class TorchBackend:
 
     def full_grads(self, params: list) -> list:
         return [p.grad for p in params]
+
+    def full_norm(self, param: torch.Tensor) -> float:
+        return float(param.detach().float().norm())
 
     def step(self, boundary: bool) -> float | None:
         """Clip, update and zero the gradients at the accumulation boundary; returns the gradient norm there."""
@@ -363,6 +416,11 @@ class DeepSpeedBackend:
         from deepspeed.utils import safe_get_full_grad
         return [safe_get_full_grad(p) for p in params]
 
+    def full_norm(self, param: torch.Tensor) -> float:
+        import deepspeed
+        with deepspeed.zero.GatheredParameters([param]):  # collective: every rank calls it
+            return float(param.detach().float().norm())
+
     def step(self, boundary: bool) -> float | None:
         self.engine.step()  # applies the update (with clipping) only at the accumulation boundary
         return float(self.engine.get_global_grad_norm() or 0.0) if boundary else None
@@ -410,6 +468,7 @@ class FastdllmRun:
     relay_params: list
     val_rows: list  # the fixed validation rows (empty: no validation)
     run_config: dict  # the config saved with the resume state: this run's, or the resumed one's with its history
+    ledger: RowLedger = field(default_factory=RowLedger)  # the rows trained on (logged each step, kept in resume/)
 
     @property
     def master(self) -> bool:
@@ -656,6 +715,8 @@ def load_resume(run: FastdllmRun) -> int:
     torch.set_rng_state(mine["torch_rng"])
     run.noise_gen.set_state(mine["noise_rng"])
     run.batches.load_state_dict(mine["data"])
+    if "rows" in mine:  # a resume/ written before the row ledger counts distinct rows from here on
+        run.ledger.load_state_dict(mine["rows"])
     if run.buffer is not None and mine["buffer"] is not None:
         run.buffer.load_state_dict({k: (v.to(run.device) if v is not None else None) for k, v in mine["buffer"].items()})
     if run.master:
@@ -672,7 +733,14 @@ def train_step(run: FastdllmRun, step: int) -> dict:
     lr = lr_at(step, cfg)
     for group in backend.optimizer.param_groups:
         group["lr"] = lr
-    window = [run.next_batch() for _ in range(grad_accum)] if cfg.objective == "sft" else None
+    ledger = run.ledger
+    ledger.start_step()
+    window = None
+    if cfg.objective == "sft":
+        window = []
+        for _ in range(grad_accum):
+            window.append(run.next_batch())
+            ledger.take(run.batches.last, finished=len(run.batches.last))
     # the SFT token mean runs over the whole accumulation window, as the authors' num_items_in_batch
     n_window = sum(int(m.sum()) for _, m in window) if window else 0
     loss_sum, l1_sum, l2_sum, tokens = 0.0, 0.0, 0.0, 0
@@ -681,6 +749,7 @@ def train_step(run: FastdllmRun, step: int) -> dict:
         backend.start_micro_step(boundary)
         with backend.autocast:
             x0, maskable = window[micro] if cfg.objective == "sft" else run.next_batch()
+            taking = int(run.buffer.finished().sum()) if run.buffer is not None else 0  # the slots refill fills
             loss, out = micro_step_loss(backend.module, cfg.objective, x0, maskable, run.buffer, n_window, grad_accum,
                                         cfg.bd_size, run.model.config.mask_token_id, run.model.config.hidden_size, cfg.K,
                                         run.policy, run.noise_gen)
@@ -688,6 +757,8 @@ def train_step(run: FastdllmRun, step: int) -> dict:
             if out is not None:
                 l1_sum += out.step_losses[0].item() / grad_accum
                 l2_sum += out.step_losses[-1].item() / grad_accum
+                ledger.take(run.batches.last[:taking], finished=int(run.buffer.finished().sum()))
+                ledger.states(int(sum(out.n_masked)), len(out.n_masked) * int(run.buffer.maskable.sum()))
         tokens += x0.numel() * run.world  # sequence tokens incl. padding, before the [x_t || x_0] doubling
         backend.backward(loss)
         if boundary:
@@ -696,7 +767,18 @@ def train_step(run: FastdllmRun, step: int) -> dict:
             relay_norm = math.sqrt(sum(float(g.float().pow(2).sum()) for g in grads if g is not None)) if grads else 0.0
         grad_norm = backend.step(boundary)
     return {"lr": lr, "loss": loss_sum, "l1": l1_sum, "l2": l2_sum, "grad_norm": grad_norm, "relay_norm": relay_norm,
-            "tokens": tokens}
+            "tokens": tokens, **ledger.gather(run.world), **relay_state_norms(run)}
+
+
+def relay_state_norms(run: FastdllmRun) -> dict:
+    """relay_h_norm: the mean L2 norm of the carried state h over the buffer's response cells (this rank's buffer);
+    relay_gamma_norm: the L2 norm of the relay LayerNorm's weight (it starts at 0: how much of R(h) reaches Emb)."""
+    norms = {}
+    if run.buffer is not None and run.buffer.h is not None and bool(run.buffer.maskable.any()):
+        norms["relay_h_norm"] = float(run.buffer.h.float().norm(dim=-1)[run.buffer.maskable].mean())
+    if run.relay_params:
+        norms["relay_gamma_norm"] = run.backend.full_norm(run.model.relay_layer_norm.weight)
+    return norms
 
 
 VAL_MASK_SEED = 0  # the validation masks: the same at every evaluation, in every run
@@ -728,16 +810,21 @@ class Interval:
     """What the log averages over the steps since the last log line: losses, the share of clipped steps."""
     def __init__(self, grad_clip: float):
         self.grad_clip, self.n, self.clipped = grad_clip, 0, 0
-        self.sums = {"loss": 0.0, "l1": 0.0, "l2": 0.0}
+        self.sums = {"loss": 0.0, "l1": 0.0, "l2": 0.0, "new_rows": 0.0, "finished_rows": 0.0}
+        self.ratios: list[float] = []
 
     def add(self, stats: dict) -> None:
         self.n += 1
         self.clipped += int(self.grad_clip > 0 and stats["grad_norm"] > self.grad_clip)
         for key in self.sums:
             self.sums[key] += stats[key]
+        if "mask_ratio" in stats:
+            self.ratios.append(stats["mask_ratio"])
 
     def means(self) -> dict:
-        return {key: value / self.n for key, value in self.sums.items()} | {"clipped": self.clipped / self.n}
+        """Means per optimizer step (new and finished rows too); the last step's distinct rows and norms stay."""
+        means = {key: value / self.n for key, value in self.sums.items()} | {"clipped": self.clipped / self.n}
+        return means | ({"mask_ratio": sum(self.ratios) / len(self.ratios)} if self.ratios else {})
 
 
 def log_step(run: FastdllmRun, step: int, stats: dict, seconds: float, tokens: int, val_loss: float | None = None) -> None:
@@ -759,6 +846,12 @@ def log_step(run: FastdllmRun, step: int, stats: dict, seconds: float, tokens: i
         record.update(l1=round(float(losses[1]), 5), l2=round(float(losses[2]), 5))
         line += f" | L1 {losses[1]:.4f} | L2 {losses[2]:.4f}"
     line += f" | lr {stats['lr']:.2e} | grad-norm {grad_norm:.3f} | clipped {stats['clipped']:.0%}"
+    record.update(new_rows=round(stats["new_rows"], 3), finished_rows=round(stats["finished_rows"], 3),
+                  distinct_rows=stats["distinct_rows"])
+    line += f" | rows +{stats['new_rows']:.1f} ({stats['distinct_rows']} distinct)"
+    for key in ("mask_ratio", "relay_h_norm", "relay_gamma_norm"):
+        if key in stats:
+            record[key] = round(stats[key], 5)
     if run.relay_params and grad_norm > 0:  # how much of the update reaches the relay LayerNorm
         record["relay_grad_share"] = relay_norm / grad_norm
         line += f" | relay-grad {relay_norm / grad_norm:.2e}"
@@ -797,7 +890,7 @@ def save(run: FastdllmRun, step: int) -> None:
     run.backend.save_state(tmp, step, run.run_config)
     buffer = run.buffer
     torch.save({"world": run.world, "torch_rng": torch.get_rng_state(), "noise_rng": run.noise_gen.get_state(),
-                "data": run.batches.state_dict(),
+                "data": run.batches.state_dict(), "rows": run.ledger.state_dict(),
                 "buffer": {k: (v.cpu() if v is not None else None) for k, v in buffer.state_dict().items()} if buffer else None},
                os.path.join(tmp, f"rank{run.rank}.pt"))
     if run.world > 1:

@@ -510,3 +510,82 @@ def test_a_mask_token_in_a_response_is_a_one_line_error_at_load(tmp_path, capsys
     with pytest.raises(SystemExit, match=r"training row \d+ has the mask token \(id \d+\) in its response") as e:
         _run(tmp_path / "run", f"--data={data}", "--max_iters=1", "--device_batch_size=2", "--effective_batch=0")
     assert "\n" not in str(e.value)
+
+
+def _rows_file(path, n=6):
+    with open(path, "w") as f:
+        for i in range(n):  # different answers, so a row is known by its tokens; short and long ones, so that
+            # slots finish apart (a block commits at least one token per round)
+            answer = str(i) if i % 2 else f"def add{i}(x):\n    return x + {i}"
+            f.write(json.dumps({"prompt": f"Write add{i}(x).", "answer": answer}) + "\n")
+
+
+def _records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_sft_logs_the_rows_of_each_window_counted_by_hand(tmp_path):
+    """6 rows, 2 rows x 2 micro-steps: each SFT step trains 4 new rows and finishes them; distinct rows 4, then 6
+    (step 2 takes the last 2 of epoch 1 and 2 of epoch 2), then 6. Bugs checked: counting one micro-batch per step
+    (2 new), counting row visits instead of distinct rows (8, 12)."""
+    os.chdir(ROOT)
+    _rows_file(tmp_path / "rows.jsonl")
+    _run(tmp_path / "run", "--objective=sft", "--max_iters=3", "--save_interval=0", "--device=cpu",
+         f"--data={tmp_path / 'rows.jsonl'}", "--device_batch_size=2", "--gradient_accumulation_steps=2")
+    recs = _records(tmp_path / "run" / "metrics.jsonl")
+    assert [(r["new_rows"], r["finished_rows"], r["distinct_rows"]) for r in recs] == [(4, 4, 4), (4, 4, 6), (4, 4, 6)]
+    assert "mask_ratio" not in recs[0] and "relay_gamma_norm" not in recs[0]
+    # resumed after step 1, the run still knows the rows it trained on (bug checked: the ledger not kept in resume/)
+    args = ["--objective=sft", "--save_interval=1", "--device=cpu", f"--data={tmp_path / 'rows.jsonl'}",
+            "--device_batch_size=2", "--gradient_accumulation_steps=2"]
+    _run(tmp_path / "resumed", "--max_iters=1", *args)
+    _run(tmp_path / "resumed", "--max_iters=3", "--resume=True", *args)
+    assert [r["distinct_rows"] for r in _records(tmp_path / "resumed" / "metrics.jsonl")] == [4, 6, 6]
+
+
+def test_relay_logs_the_rows_its_buffer_really_took(tmp_path, monkeypatch):
+    """A relay run's logged rows against what its buffer held, recorded by a wrapper around RolloutBuffer that knows
+    each row by its tokens: new rows are the finished slots' rows after a refill, finished ones the slots with no mask
+    left after a rollout; the ledger's distinct rows must be those very rows. Bugs checked: logging the last rows of
+    the incoming batch instead of the first (other rows), counting the loader's rows (2 a micro-step), a mask ratio
+    over all cells instead of the response's."""
+    os.chdir(ROOT)
+    _rows_file(tmp_path / "rows.jsonl", n=40)
+    took, steps = [], []
+
+    class Watched(RolloutBuffer):
+        def refill(self, x0, maskable, *a, **k):
+            done = self.finished()
+            n = super().refill(x0, maskable, *a, **k)
+            took.extend(tuple(self.x0[i].tolist()) for i in range(self.size) if done[i])
+            steps[-1]["new"] += int(done.sum())
+            steps[-1]["cells"] += 2 * int(self.maskable.sum())  # K = 2 states per rollout
+            return n
+
+        def update(self, out):
+            super().update(out)
+            steps[-1]["finished"] += int(self.finished().sum())
+            steps[-1]["masked"] += int(sum(out.n_masked))
+
+    real_step, runs_seen = T.train_step, []
+
+    def counted_step(run, step):
+        steps.append({"new": 0, "finished": 0, "masked": 0, "cells": 0})
+        runs_seen.append(run)
+        return real_step(run, step)
+
+    monkeypatch.setattr(T, "RolloutBuffer", Watched)
+    monkeypatch.setattr(T, "train_step", counted_step)
+    _run(tmp_path / "run", "--objective=relay", "--max_iters=6", "--save_interval=0", "--device=cpu",
+         f"--data={tmp_path / 'rows.jsonl'}", "--device_batch_size=2", "--gradient_accumulation_steps=2")
+    recs = _records(tmp_path / "run" / "metrics.jsonl")
+    assert [(r["new_rows"], r["finished_rows"]) for r in recs] == [(s["new"], s["finished"]) for s in steps]
+    assert recs[-1]["distinct_rows"] == len(set(took)) > 2  # rows were finished and replaced
+    run = runs_seen[-1]
+    ledger_rows = {tuple(collate([run.batches.rows[i]], run.tokenizer.pad_token_id, run.cfg.bd_size, run.seq_len)[0][0]
+                         .tolist()) for i in run.ledger.seen}
+    assert ledger_rows == set(took)
+    for r, s in zip(recs, steps):
+        assert r["mask_ratio"] == pytest.approx(s["masked"] / s["cells"], abs=1e-5)
+        assert r["relay_gamma_norm"] > 0 and r["relay_h_norm"] > 0
