@@ -429,7 +429,7 @@ def generate_all(cfg: EvalConfig, problems: list[dict], samples_path: str) -> st
         for j, i in enumerate(batch):
             completion = tok.decode(res.tokens[j], skip_special_tokens=True)
             rows.append(dict(task_id=problems[i]["task_id"], prompt=prompts[i], completion=completion,
-                             solution=post(completion, problems[i]), nfe=res.nfe[j],
+                             solution=post(completion, problems[i]), nfe=res.nfe[j], blocks=res.blocks[j],
                              n_tokens=len(res.tokens[j]), batch=k, batch_seconds=seconds))
         _append(samples_path, rows)
     return model.files_check

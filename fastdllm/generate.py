@@ -100,6 +100,7 @@ class GenerateOutput:
     # authors: a row that never commits the stop token keeps all its decoded tokens + the next block's first
     tokens: list[list[int]]
     nfe: list[int]  # denoising forwards per prompt (Table 2's NFE)
+    blocks: list[int]  # blocks in which the prompt had a forward counted in nfe (nfe / blocks: passes per block)
     stopped: list[bool]  # whether the row finished on the stop token (authors: committed by the threshold rule)
     forwards: int = 0  # denoising forwards run for the whole batch (a forward over several rows counts once)
     trace: list[dict] = field(default_factory=list)  # per denoising forward, when asked for (tests, debugging)
@@ -172,6 +173,7 @@ class _Batch:
     b0: int  # the first block decoded: the complete prompt blocks before it are shared by every row
     fwd: "_PlainForwards | BlockGraphs"  # the model's forwards and their cache, chosen once (cuda_graph or not)
     nfe: torch.Tensor  # (B,) Table 2's NFE
+    blocks: torch.Tensor  # (B,) blocks with at least one of the prompt's NFE
     stop_at: torch.Tensor  # (B,) absolute position of the first stop token committed, -1 = none yet
     tokens: list  # (B,) the answer of each prompt, once its row is done
     forwards: int = 0  # denoising forwards for the whole batch
@@ -200,6 +202,7 @@ def _new_batch(model, prompts: list[list[int]], max_new_tokens: int, prefix_cach
     return _Batch(x=x, rows=torch.arange(B, device=device), plen=plen, last=plen + max_new_tokens - 1,
                   b0=min(len(p) for p in prompts) // bs * bs, fwd=fwd,
                   nfe=torch.zeros(B, dtype=torch.long, device=device),
+                  blocks=torch.zeros(B, dtype=torch.long, device=device),
                   stop_at=torch.full((B,), -1, dtype=torch.long, device=device), tokens=[None] * B)
 
 
@@ -233,7 +236,7 @@ def _decode(model, prompts, max_new_tokens, prefix_cache, opt: _Settings, progre
         _first_token(st, st.x.shape[1] - 1, next_logit, opt)
         for i, r in enumerate(st.rows.tolist()):  # the block limit: every decoded token plus the next block's first
             st.tokens[r] = st.x[i, int(st.plen[r]):].tolist()
-    return GenerateOutput(tokens=st.tokens, nfe=st.nfe.tolist(), stopped=(st.stop_at >= 0).tolist(),
+    return GenerateOutput(tokens=st.tokens, nfe=st.nfe.tolist(), blocks=st.blocks.tolist(), stopped=(st.stop_at >= 0).tolist(),
                           forwards=st.forwards, trace=st.records)
 
 
@@ -269,6 +272,7 @@ def _denoise_block(st: _Batch, b_start: int, opt: _Settings) -> None:
     hbuf = None  # (b, bs, d)
     has_carry = torch.zeros(st.x.shape[0], dtype=torch.bool, device=st.x.device)
     block_keys = False  # sub-block cache: whether this block's keys/values are in the cache
+    counted_here = torch.zeros(st.x.shape[0], dtype=torch.bool, device=st.x.device)  # rows with NFE in this block
     for s in range(0, opt.bs, opt.sub_block_size):
         lo, hi = b_start + s, b_start + s + opt.sub_block_size
         sub_forwards = 0
@@ -288,6 +292,7 @@ def _denoise_block(st: _Batch, b_start: int, opt: _Settings) -> None:
             counted = active & (st.stop_at[st.rows] < 0)  # NFE: unfinished, with something left to decode
             commit, tok = _commit(st, sub_logits, masked, lo, hi, opt)
             st.nfe[st.rows] += counted.long()
+            counted_here |= counted
             hit = commit & (tok == opt.stop_id)
             if hit.any():
                 first_hit = torch.where(hit.any(1), lo + hit.float().argmax(1), torch.full_like(st.rows, -1))
@@ -301,6 +306,7 @@ def _denoise_block(st: _Batch, b_start: int, opt: _Settings) -> None:
                 hbuf = torch.where(replaced[:, None, None], upd, hbuf)
                 has_carry = has_carry | replaced
             _record(st, opt, b_start, s, sub_logits, commit, active)
+    st.blocks[st.rows] += counted_here.long()
 
 
 def _sub_block_only(st: _Batch, opt: _Settings, lo: int, block_keys: bool, sub_forwards: int) -> bool:

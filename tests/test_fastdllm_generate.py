@@ -131,11 +131,13 @@ def test_max_new_tokens_and_no_mask_left(tiny, device):
 
 
 def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int = -1):
-    """NFE and tokens by hand: per sub-block, commit {conf > tau} + the most confident, until none masked."""
+    """NFE, tokens and blocks with NFE by hand: per sub-block, commit {conf > tau} + the most confident, until none
+    masked."""
     last = plen + max_new - 1
-    nfe, toks, stopped = 0, {}, False
+    nfe, toks, stopped, blocks = 0, {}, False, 0
     b = plen // bs * bs
     while True:
+        nfe_before = nfe
         for s in range(b, b + bs, sb):
             todo = [j for j in range(s, s + sb) if j >= plen and not (j == b and b >= plen and j > 0)]
             while todo:
@@ -146,6 +148,7 @@ def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int
                 done = [j for j in todo if conf[j] > tau or j == best]
                 stopped = stopped or stop_at in done
                 todo = [j for j in todo if j not in done]
+        blocks += nfe > nfe_before
         for j in range(max(b, plen), b + bs):
             toks[j] = block_script(j, stop_at)[0]
         if stopped or last < b + bs:
@@ -153,7 +156,7 @@ def expected(plen: int, max_new: int, bs: int, sb: int, tau: float, stop_at: int
         b += bs
         stopped = stop_at == b  # the block's first token is autoregressive
     end = stop_at if stopped else last + 1
-    return nfe, [toks[j] for j in range(plen, end)], stopped
+    return nfe, [toks[j] for j in range(plen, end)], stopped, blocks
 
 
 @pytest.mark.parametrize("plen,max_new", [(3, 20), (8, 17), (13, 1), (16, 30)])
@@ -161,8 +164,8 @@ def test_nfe_accounting_scripted(plen, max_new, device):
     model = ScriptedBlockModel().to(device)
     out = generate(model, [[5] * plen], max_new_tokens=max_new, threshold=0.85, sub_block_size=4, block_size=8,
                    decode="batch_invariant")
-    nfe, toks, stopped = expected(plen, max_new, 8, 4, 0.85)
-    assert out.nfe == [nfe] and out.tokens == [toks] and out.stopped == [stopped]
+    nfe, toks, stopped, blocks = expected(plen, max_new, 8, 4, 0.85)
+    assert out.nfe == [nfe] and out.tokens == [toks] and out.stopped == [stopped] and out.blocks == [blocks]
 
 
 def test_stop_token_scripted(device):
@@ -171,8 +174,8 @@ def test_stop_token_scripted(device):
     out = generate(model, [[5] * 3, [5] * 25], max_new_tokens=40, threshold=0.85, sub_block_size=4, block_size=8,
                    trace=True, decode="batch_invariant")
     for r, plen in enumerate((3, 25)):
-        nfe, toks, stopped = expected(plen, 40, 8, 4, 0.85, stop_at=21)
-        assert out.nfe[r] == nfe and out.tokens[r] == toks and out.stopped[r] == stopped
+        nfe, toks, stopped, blocks = expected(plen, 40, 8, 4, 0.85, stop_at=21)
+        assert out.nfe[r] == nfe and out.tokens[r] == toks and out.stopped[r] == stopped and out.blocks[r] == blocks
     assert out.stopped == [True, False] and len(out.tokens[0]) == 21 - 3 and BLOCK_STOP not in out.tokens[0]
     # the finished row left the batch after its block (16..23): later forwards run one row
     assert all(t["rows"] == [1] for t in out.trace if t["block"] >= 24)
