@@ -56,7 +56,7 @@ RESUME_RULES = common.ResumeRules(
                   "allow_unverified", "log_interval", "val_data", "val_interval", "device", "gradient_checkpointing",
                   "effective_batch"),
     # the model's shape, the saved shards' layout and the rollout buffer's (batch, length) only fit these
-    fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "dtype", "deepspeed",
+    fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "data_rows", "dtype", "deepspeed",
            "zero_persistence_threshold"))
 # config keys renamed to train_sudoku.py's vocabulary: a resume state written before reads under the new names
 RENAMED_KEYS = {"batch_size": "device_batch_size", "threshold": "train_tau"}
@@ -68,6 +68,7 @@ class TrainConfig:
     out_dir: str = "out/fastdllm"
     init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
     data: str = "data/sft/train.jsonl"  # `python -m fastdllm.data` output, or "toy" (synthetic chats)
+    data_rows: int = 0  # train on only the first data_rows rows of data, epoch after epoch (0 = every row)
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
     allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
@@ -523,7 +524,7 @@ def check_ranges(cfg: TrainConfig) -> None:
     for key in ("K", "bd_size", "max_length", "device_batch_size", "gradient_accumulation_steps", "max_iters",
                 "log_interval", "lr_decay_iters"):
         need(getattr(cfg, key) >= 1, key, ">= 1")
-    for key in ("pad_to", "effective_batch", "warmup_iters", "zero_persistence_threshold", "seed", "val_interval"):
+    for key in ("pad_to", "effective_batch", "warmup_iters", "zero_persistence_threshold", "seed", "val_interval", "data_rows"):
         need(getattr(cfg, key) >= 0, key, ">= 0")
     need(cfg.save_interval >= -1, "save_interval", ">= -1 (-1: never save, 0: at the end)")
     need(cfg.K <= 8, "K", "<= 8 (the paper uses 2)")
@@ -617,6 +618,10 @@ def setup(cfg: TrainConfig) -> FastdllmRun:
 
     # data
     rows = load_rows(cfg, tokenizer, master)
+    if cfg.data_rows:  # e.g. SFT on as many distinct rows as a Relay run's buffer took
+        if cfg.data_rows > len(rows):
+            raise SystemExit(f"train_fastdllm.py: data_rows={cfg.data_rows} but {cfg.data} holds {len(rows)} rows")
+        rows = rows[:cfg.data_rows]
     check_targets(rows, model.config.mask_token_id)
     if tokenizer.pad_token_id is None:
         raise SystemExit("train_fastdllm.py: the tokenizer has no pad token; Fast-dLLM v2 pads with <|endoftext|>")

@@ -589,3 +589,16 @@ def test_relay_logs_the_rows_its_buffer_really_took(tmp_path, monkeypatch):
     for r, s in zip(recs, steps):
         assert r["mask_ratio"] == pytest.approx(s["masked"] / s["cells"], abs=1e-5)
         assert r["relay_gamma_norm"] > 0 and r["relay_h_norm"] > 0
+
+
+def test_data_rows_limits_the_rows_trained_on(tmp_path):
+    """data_rows=3 of 6 rows, 4 rows per step: the run cycles over the first 3 (distinct 3, 3), and a limit above the
+    file's rows is one line. Bug checked: the limit ignored (distinct 4, 6)."""
+    os.chdir(ROOT)
+    _rows_file(tmp_path / "rows.jsonl")
+    args = ["--objective=sft", "--save_interval=0", "--device=cpu", f"--data={tmp_path / 'rows.jsonl'}",
+            "--device_batch_size=2", "--gradient_accumulation_steps=2"]
+    _run(tmp_path / "run", "--max_iters=2", "--data_rows=3", *args)
+    assert [r["distinct_rows"] for r in _records(tmp_path / "run" / "metrics.jsonl")] == [3, 3]
+    with pytest.raises(SystemExit, match="data_rows=7 but .* holds 6 rows"):
+        _run(tmp_path / "run2", "--max_iters=1", "--data_rows=7", *args)
