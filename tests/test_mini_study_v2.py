@@ -60,8 +60,9 @@ def test_each_method_takes_the_rate_of_its_lowest_validation_loss(tmp_path):
 def test_the_clipped_share_counts_the_steps_above_the_clip():
     interval = train_fastdllm.Interval(grad_clip=1.0)
     for norm, loss in ((0.5, 2.0), (1.5, 4.0), (1.0, 3.0), (9.0, 7.0)):
-        interval.add({"grad_norm": norm, "loss": loss, "l1": 0.0, "l2": 0.0})
-    assert interval.means() == {"loss": 4.0, "l1": 0.0, "l2": 0.0, "clipped": 0.5}  # 1.0 itself is not clipped
+        interval.add({"grad_norm": norm, "loss": loss, "l1": 0.0, "l2": 0.0, "new_rows": 32, "finished_rows": 32})
+    assert interval.means() == {"loss": 4.0, "l1": 0.0, "l2": 0.0, "new_rows": 32, "finished_rows": 32,
+                                "clipped": 0.5}  # 1.0 itself is not clipped
 
 
 def test_the_report_adds_up_the_clipped_share_over_steps_not_records():
@@ -145,7 +146,8 @@ def test_the_frontier_s_mean_is_taken_over_seeds_at_each_tau_they_share():
                 "task_ids": [f"mini2/test/{i}" for i in range(n)]}
     s1 = [result("relay_s1", 0.7, 40, 1, 10), result("relay_s1", 0.85, 45, 2, 10), result("relay_s1", 0.95, 50, 9, 10)]
     s2 = [result("relay_s2", 0.7, 50, 1, 5), result("relay_s2", 0.85, 55, 2, 5)]  # 20%, 40%
-    assert mini_report_v2.mean_curve([s1, s2]) == pytest.approx([(45.0, 15.0), (50.0, 30.0)])
+    curve = mini_report_v2.mean_curve([s1, s2])  # flat: pytest 9.2's approx does not take nested sequences
+    assert len(curve) == 2 and [v for point in curve for v in point] == pytest.approx([45.0, 15.0, 50.0, 30.0])
 
 
 def test_a_report_made_while_seeds_run_names_each_pair_by_its_own_seed():
@@ -342,3 +344,34 @@ def test_the_kept_report_is_the_one_the_kept_results_give(tmp_path):
     copy = shutil.copytree(kept, tmp_path / "mini_study_v2", ignore=shutil.ignore_patterns("*.png"))
     redrawn = mini_report_v2.report(str(copy), figures=str(tmp_path / "figures"))
     assert open(os.path.join(kept, "mini_study_v2.md"), encoding="utf-8").read() == redrawn
+
+
+def test_non_inferiority_reads_the_interval_s_lower_end_not_the_mean():
+    """Six pairs whose pass@1 differences are -2 x 5 and -8 points: mean -3 (above the -5 margin), but the interval
+    (t(5) 2.571, s.d. 2.449: -5.57 to -0.43) reaches below it, so Relay is not shown non-inferior; with every
+    difference -3 it is. Bug checked: the reading taken from the mean difference (says non-inferior for both)."""
+    def result(model, passed):  # 100 tasks, the first `passed` of them pass
+        return {"model": model, "protocol": "test", "tau": 0.85, "step": 300, "nfe": [40.0] * 100,
+                "plus": [1] * passed + [0] * (100 - passed), "base": [1] * 100,
+                "task_ids": [f"mini2/test/{i}" for i in range(100)]}
+    sft = [result(f"sft_s{s}", 30) for s in range(1, 7)]
+    spread = [result(f"relay_s{s}", 30 + d) for s, d in zip(range(1, 7), (-2, -2, -2, -2, -2, -8))]
+    line = mini_report_v2.secondary(sft + spread)[0]
+    assert "-3.0 (95% interval -5.6 to -0.4" in line and line.endswith(": not shown non-inferior")
+    same = [result(f"relay_s{s}", 27) for s in range(1, 7)]
+    assert mini_report_v2.secondary(sft + same)[0].endswith(": non-inferior")
+
+
+def test_a_run_is_finished_only_when_every_result_of_its_protocol_is_kept(tmp_path):
+    """finished() on --out holding one (and then all but one, then all) of sft_s2's five protocol results: only
+    the last counts as finished, so a resumed study decodes what is missing. Bug checked: any kept result counting
+    as finished (a study that stopped after one decoding would never decode the rest)."""
+    args = mini_study_v2.parse_args(["--report_only", f"--out={tmp_path / 'out'}", f"--runs={tmp_path / 'runs'}"])
+    wanted = mini_study_v2.protocol(args)
+    assert len(wanted) == 5
+    for n in (1, len(wanted) - 1, len(wanted)):
+        for protocol, tau in wanted[:n]:
+            path = mini_study_v2.mini_report.result_path(args.out, "sft_s2", 300, tau, protocol)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").write("{}")
+        assert mini_study_v2.finished(args, "sft", 2) == (n == len(wanted)), n
