@@ -68,14 +68,42 @@ result_fd, request_fd = os.dup(1), os.dup(0)
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)
 os.dup2(null, 1)
+# PR_SET_CHILD_SUBREAPER: whatever the program leaves behind (a double fork, setsid(), an emptied environment)
+# becomes the runner's child once its parent dies, and the runner kills it before it exits
+libc.prctl(36, 1, 0, 0, 0)
 pid = os.fork()
 libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG, in both: runner dies with the harness, program with runner
 if pid:  # stay as the program's parent, so that killing its parent never reaches the harness
     os.close(result_fd)
     os.close(request_fd)
+
+    def sweep(code):
+        """SIGKILL every process below the runner and reap it, until the runner has no child left; then exit."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        me = str(os.getpid())
+        while True:
+            for p in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{p}/stat") as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                if stat[stat.rindex(")") + 2:].split()[1] == me:  # field 4, the parent pid
+                    try:
+                        os.kill(int(p), signal.SIGKILL)
+                    except OSError:
+                        pass
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            except ChildProcessError:
+                os._exit(code)
+            time.sleep(0.001)
+
+    signal.signal(signal.SIGTERM, lambda *_: sweep(128 + signal.SIGKILL))  # the harness's stop: a verdict or timeout
     status = os.waitpid(pid, 0)[1]
     code = os.waitstatus_to_exitcode(status)
-    os._exit(code if code >= 0 else 128 - code)
+    sweep(code if code >= 0 else 128 - code)
 
 def send(obj):
     """One message to the harness: a line of JSON."""
@@ -530,49 +558,29 @@ def _has_exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-# A process inside execve() reads as an empty environ for a moment (its new memory has no environment
-# yet), so one clean pass proves nothing: the sweep ends only after finding no marked process for
-# SWEEP_QUIET_S, or at SWEEP_DEADLINE_S if marked processes keep appearing (a fork bomb).
-SWEEP_QUIET_S, SWEEP_DEADLINE_S = 0.05, 2.0
+REAPER_GRACE_S = 2.0  # how long the unsafe mode's runner may take to kill what the program left
 
 
-def _marked_pids(needle: bytes) -> list[int]:
-    """Live processes whose environment carries `needle` (zombies have none left to read)."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+def _kill_all(pid: int, runner_sweeps: bool) -> None:
+    """Stop the job started as `pid` and everything it started. The unsafe mode's runner is the program's child
+    subreaper: SIGTERM makes it kill every process left below it (children that left the group with setsid(),
+    whatever their environment) and exit. Then, in every mode, the process group is SIGKILLed (the isolating modes'
+    PID namespace ends with its first process)."""
+    if runner_sweeps:
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read():
-                    pids.append(int(pid))
-        except OSError:
-            continue
-    return pids
-
-
-def _kill_all(pgid: int, marker: str) -> None:
-    """SIGKILL the program's process group and, in the unsafe mode, every process that still carries the
-    run's environment marker (children that left the group with setsid())."""
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + REAPER_GRACE_S
+        while not _has_exited(pid) and time.monotonic() < deadline:
+            time.sleep(0.002)
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if not marker:
-        return
-    needle = f"RELAY_SANDBOX_RUN={marker}".encode()
-    start = last_found = time.monotonic()
-    while time.monotonic() - last_found < SWEEP_QUIET_S and time.monotonic() - start < SWEEP_DEADLINE_S:
-        pids = _marked_pids(needle)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if pids:
-            last_found = time.monotonic()
-        time.sleep(0.005)
 
 
-def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes | None, bytes, bool]:
+def _collect(proc: subprocess.Popen, timeout: float, runner_sweeps: bool) -> tuple[bytes | None, bytes, bool]:
     """Read stdout (at most RESULT_CAP bytes) and the tail of stderr until the program ends or its time
     is up; then kill whatever it left behind. Returns (stdout or None if over the cap, stderr tail, timed out)."""
     out, err = bytearray(), bytearray()
@@ -586,7 +594,7 @@ def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes
         now = time.monotonic()
         if drain_until is None and (_has_exited(proc.pid) or now > deadline or overflow):
             timed_out = now > deadline and not _has_exited(proc.pid)
-            _kill_all(proc.pid, marker)
+            _kill_all(proc.pid, runner_sweeps)
             drain_until = now + 1.0
         if drain_until is not None and now > drain_until:
             break  # a writer that escaped the kill keeps the pipe open: stop listening
@@ -606,13 +614,12 @@ def _collect(proc: subprocess.Popen, timeout: float, marker: str) -> tuple[bytes
     return (None if overflow else bytes(out)), bytes(err), timed_out
 
 
-def _start(job_dir: str, job_code: str, job: dict, memory_gb: float, mode: str) -> tuple[subprocess.Popen, str]:
+def _start(job_dir: str, job_code: str, job: dict, memory_gb: float, mode: str) -> tuple[subprocess.Popen, bool]:
     """Write RUNNER + `job_code` and `job` into job_dir and start them in `mode`, stdin, stdout and stderr
-    piped. Returns the process and the unsafe mode's environment marker ("" in the other modes)."""
+    piped. Returns the process and whether its runner sweeps up after the program (the unsafe mode)."""
     mode = _auto_mode() if mode == "auto" else mode
     if mode not in MODES:
         raise ValueError(f"unknown sandbox mode '{mode}'")
-    marker = ""
     files = {name: os.path.join(job_dir, name) for name in ("runner.py", "job.json")}
     with open(files["runner.py"], "w") as f:
         f.write(RUNNER + job_code)
@@ -625,13 +632,12 @@ def _start(job_dir: str, job_code: str, job: dict, memory_gb: float, mode: str) 
         argv, cwd, env = _namespaces_argv(job_dir, inside, files), job_dir, {}
     else:
         _make_harness_undumpable()
-        marker = secrets.token_hex(16)
-        cwd, env = os.path.join(job_dir, "work"), {"RELAY_SANDBOX_RUN": marker, **THREAD_ENV}
+        cwd, env = os.path.join(job_dir, "work"), dict(THREAD_ENV)
         os.mkdir(cwd)
         argv = [sys.executable, "-I", files["runner.py"], files["job.json"]]
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_limits(memory_gb))
-    return proc, marker
+    return proc, mode == "unsafe"
 
 
 def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mode: str = "auto") -> JobResult:
@@ -639,13 +645,13 @@ def run_job(job_code: str, job: dict, timeout: float, memory_gb: float = 4.0, mo
     `mode` ("bwrap", "namespaces", "unsafe", or "auto": isolation_mode("auto"))."""
     nonce = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True) as job_dir:
-        proc, marker = _start(job_dir, job_code, job, memory_gb, mode)
+        proc, runner_sweeps = _start(job_dir, job_code, job, memory_gb, mode)
         try:
             proc.stdin.write(nonce.encode() + b"\n")
             proc.stdin.close()
         except BrokenPipeError:
             pass
-        out, err, timed_out = _collect(proc, timeout, marker)
+        out, err, timed_out = _collect(proc, timeout, runner_sweeps)
         code = proc.wait()
     last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:300]
     if timed_out:
@@ -673,7 +679,7 @@ class Session:
         self.nonce, self.error = secrets.token_hex(16), ""
         self._dir = tempfile.TemporaryDirectory(prefix="relay-job-", ignore_cleanup_errors=True)
         try:
-            self.proc, self._marker = _start(self._dir.name, job_code, job, memory_gb, mode)
+            self.proc, self._runner_sweeps = _start(self._dir.name, job_code, job, memory_gb, mode)
         except BaseException:
             self._dir.cleanup()
             raise
@@ -690,7 +696,7 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        _kill_all(self.proc.pid, self._marker)
+        _kill_all(self.proc.pid, self._runner_sweeps)
         self.proc.wait()
         for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             pipe.close()
