@@ -11,6 +11,7 @@ the NFE, so tasks can be paired. The report (out/mini_study.md, figures in --fig
 - NFE at matched pass@1; the accuracy-NFE frontier figure; the gap against fine-tuning compute (light protocol).
 pass@1 is the plus column (plus inputs alone, the authors' rule of Table 2) unless a table says base.
 """
+import hashlib
 import json
 import math
 import os
@@ -45,6 +46,19 @@ def read_jsonl(path: str) -> list[dict]:
     return rows
 
 
+def read_json(path: str, fields: tuple[str, ...]) -> dict:
+    """A small kept JSON (b3.json, regime.json) with the fields a reader needs, or one line naming what is wrong."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{path} cannot be read ({e}): restore it (git checkout)") from None
+    missing = [k for k in fields if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise SystemExit(f"{path} lacks the field {', '.join(missing)}: restore it (git checkout)")
+    return record
+
+
 def read_kept(path: str) -> dict:
     """One kept result, checked for every field the report reads (a file cut short by a killed study, or one
     written by another version, would otherwise stop the report with a traceback, or the study hours later)."""
@@ -65,20 +79,43 @@ def read_kept(path: str) -> dict:
 
 
 def compact(eval_dir: str, path: str, meta: dict) -> dict:
-    """eval_code.py's out_dir (results.json, samples.jsonl, judged.jsonl) as one small JSON at path."""
+    """eval_code.py's out_dir (results.json, samples.jsonl, judged.jsonl) as one small JSON at path: per task the
+    verdicts, the NFE, the answer's tokens and the blocks it was decoded in (when eval_code.py recorded them); with
+    meta's "digest" key, the record is stamped (task_digest, then digest of its whole content: stamp)."""
     with open(os.path.join(eval_dir, "results.json")) as f:
         summary = json.load(f)
-    nfe = {r["task_id"]: r["nfe"] for r in read_jsonl(os.path.join(eval_dir, "samples.jsonl"))}
+    samples = {r["task_id"]: r for r in read_jsonl(os.path.join(eval_dir, "samples.jsonl"))}
     judged = {r["task_id"]: r for r in read_jsonl(os.path.join(eval_dir, "judged.jsonl"))}
-    ids = sorted(nfe, key=lambda t: (t.split("/")[1], int(t.rsplit("/", 1)[1])))
+    ids = sorted(samples, key=lambda t: (t.split("/")[1], int(t.rsplit("/", 1)[1])))
     record = dict(meta, **{k: summary[k] for k in RESULT_KEYS}, n=len(ids), task_ids=ids,
                   base=[int(bool(judged[t]["base"])) for t in ids],
-                  plus=[int(bool(judged[t]["plus_inputs"])) for t in ids], nfe=[nfe[t] for t in ids])
+                  plus=[int(bool(judged[t]["plus_inputs"])) for t in ids], nfe=[samples[t]["nfe"] for t in ids])
+    if all("blocks" in samples[t] for t in ids):
+        record.update(tokens=[samples[t]["n_tokens"] for t in ids], blocks=[samples[t]["blocks"] for t in ids])
+    if "digest" in meta:
+        record = stamp(record)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
     os.replace(path + ".tmp", path)
     return record
+
+
+def task_digest(task_ids: list[str]) -> str:
+    """sha256 of the task ids in the record's order, one per line: which tasks a result claims to score."""
+    return hashlib.sha256("\n".join(task_ids).encode()).hexdigest()
+
+
+def content_digest(record: dict) -> str:
+    """sha256 of the record's canonical JSON without its digest field: any edit of a field changes it."""
+    body = {k: v for k, v in record.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def stamp(record: dict) -> dict:
+    """The record with its task_digest and digest set."""
+    record = dict(record, task_digest=task_digest(record["task_ids"]))
+    return dict(record, digest=content_digest(record))
 
 
 def load(out: str) -> list[dict]:

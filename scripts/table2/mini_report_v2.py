@@ -73,12 +73,12 @@ def plus(r: dict) -> float:
     return 100 * mean(r["plus"])
 
 
-def table(results: list[dict]) -> list[str]:
+def table(results: list[dict], base_label: str = METHODS["base"]) -> list[str]:
     lines = ["| model | seeds | step | test: base | plus | NFE | held-out wording: plus | NFE | validation: plus | NFE |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     columns = [("test", "base"), ("test", "plus"), ("test", "nfe"), ("reworded", "plus"), ("reworded", "nfe"),
                ("val", "plus"), ("val", "nfe")]
-    for method, label in METHODS.items():
+    for method, label in (METHODS | {"base": base_label}).items():
         models = sorted({r["model"] for r in results if method_of(r["model"]) == method})
         if not models:
             continue
@@ -162,6 +162,57 @@ def step_counts(records: list[dict]) -> list[int]:
     return [r["step"] - (records[i - 1]["step"] if i else 0) for i, r in enumerate(records)]
 
 
+def nfe_sources(results: list[dict]) -> list[str]:
+    """Where each method's NFE comes from, at tau 0.85 on the test tasks: answer length (tokens, blocks decoded) and
+    forward passes per block (mean over seeds of the per-task means); decodings that recorded blocks only."""
+    test = [r for r in by_model(results, "test", TAU).values() if "blocks" in r]
+    lines = ["| model | seeds | NFE | answer tokens | blocks | NFE per block |", "|---|---|---|---|---|---|"]
+    for method, label in METHODS.items():
+        found = [r for r in test if method_of(r["model"]) == method]
+        if found:
+            per_block = [mean([n / max(1, b) for n, b in zip(r["nfe"], r["blocks"])]) for r in found]
+            lines.append(f"| {label} | {len(found)} | {fmt([nfe(r) for r in found])} | "
+                         f"{fmt([mean(r['tokens']) for r in found])} | {fmt([mean(r['blocks']) for r in found], 2)} | "
+                         f"{fmt(per_block, 2)} |")
+    return lines if len(lines) > 2 else []
+
+
+def rows_seen(out: str) -> list[str]:
+    """Each run's rows (train_fastdllm.py's ledger, where its log has one): new rows per step, distinct rows at the
+    last step, the mask ratio of the trained states and the relay LayerNorm weight's norm at the end."""
+    lines = ["| run | steps | new rows per step | distinct rows | mask ratio of trained states | relay γ norm |",
+             "|---|---|---|---|---|---|"]
+    for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        path = os.path.join(out, model, "train_metrics.jsonl")
+        rows = mini_report.read_jsonl(path) if os.path.exists(path) else []
+        if not rows or "distinct_rows" not in rows[-1]:
+            continue
+        weights = step_counts(rows)
+        new = sum(r["new_rows"] * n for r, n in zip(rows, weights)) / rows[-1]["step"]
+        ratios = [r["mask_ratio"] for r in rows if "mask_ratio" in r]
+        gamma = rows[-1].get("relay_gamma_norm")
+        lines.append(f"| {model} | {rows[-1]['step']} | {new:.2f} | {rows[-1]['distinct_rows']} | "
+                     f"{f'{mean(ratios):.3f}' if ratios else '-'} | {f'{gamma:.3f}' if gamma is not None else '-'} |")
+    return lines if len(lines) > 2 else []
+
+
+def base_trace(out: str) -> list[str]:
+    """v3's base: B3's validation pass@1 plus at each decoded step, where the plateau rule stopped, the regime check."""
+    path = os.path.join(out, "b3.json")
+    if not os.path.exists(path):
+        return []
+    b3 = mini_report.read_json(path, ("val_plus", "stop"))
+    lines = ["B3's validation pass@1 plus (tau 0.85, 200 tasks) by step: " + ", ".join(
+        f"{step}: {value:.1f}%" for step, value in sorted(((int(k), v) for k, v in b3["val_plus"].items()))),
+        "", f"The plateau rule stopped B3 at step {b3['stop']}."]
+    regime = os.path.join(out, "regime.json")
+    if os.path.exists(regime):
+        check = mini_report.read_json(regime, ("b3_val_plus", "sft_s1_val_plus", "passed"))
+        lines += ["", f"Regime check: B3 {check['b3_val_plus']:.1f}% validation plus (needs >= 20), SFT seed 1 "
+                  f"{check['sft_s1_val_plus']:.1f}% (needs B3 ± 5): {'passed' if check['passed'] else 'FAILED'}."]
+    return lines
+
+
 def frontier_point(r: dict) -> tuple[float, float]:
     """One decoding's place on the frontier: (mean NFE per test task, pass@1 plus %)."""
     return mean(select(r, "test", "nfe")), rate(r, "test")
@@ -201,18 +252,30 @@ def plot_frontier(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+# what differs between the studies' reports, by the folder's name (v2 chooses each run's step on validation; v3 takes
+# checkpoint 200, as the paper; its base is B3)
+REPORTS = {"mini_study_v2": ("v2", "each run's step chosen on validation", METHODS["base"]),
+           "mini_study_v3": ("v3", "each run's checkpoint 200", "Fast-dLLM v2 (B3)")}
+
+
 def report(out: str, figures: str | None = None) -> str:
-    results = mini_report.load(out)
-    lines = ["# Table 2 in miniature v2: report", "", "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder alone.",
-             f"Decoded on: {devices(results)}.", "", f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; each run's step chosen on validation)", "",
-             *table(results), "", "## Primary outcome", "", *primary(results), "", "## Secondary outcomes", "",
-             *secondary(results), "", "## Training (equal steps x batch)", "", *training(out), ""]
+    version, steps, base_label = REPORTS.get(os.path.basename(os.path.normpath(out)), REPORTS["mini_study_v2"])
+    results = [r for r in mini_report.load(out) if r["model"] != "b3"]  # b3: the base's trace, not a row
+    lines = [f"# Table 2 in miniature {version}: report", "",
+             "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder alone.",
+             f"Decoded on: {devices(results)}.", "", *([*base_trace(out), ""] if base_trace(out) else []),
+             f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; {steps})", "",
+             *table(results, base_label), "", "## Primary outcome", "", *primary(results), "", "## Secondary outcomes",
+             "", *secondary(results), "", "## Training (equal steps x batch)", "", *training(out), ""]
+    for title, section in (("Where the NFE comes from (test tasks, tau 0.85)", nfe_sources(results)),
+                           ("Rows each run trained on", rows_seen(out))):
+        lines += [f"## {title}", "", *section, ""] if section else []
     text = "\n".join(lines)
-    with open(os.path.join(out, "mini_study_v2.md"), "w") as f:
+    with open(os.path.join(out, f"mini_study_{version}.md"), "w") as f:
         f.write(text)
     if any(r["protocol"] == "test" for r in results):
         os.makedirs(figures or out, exist_ok=True)
-        plot_frontier(results, os.path.join(figures or out, "mini_frontier_v2.png"))
+        plot_frontier(results, os.path.join(figures or out, f"mini_frontier_{version}.png"))
     print(text)
     return text
 
