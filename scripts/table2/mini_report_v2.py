@@ -252,6 +252,107 @@ def plot_frontier(results: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+# -----------------------------------------------------------------------------
+# v3's part T: trajectories on v2's base, and what each change does to v2's gap
+
+TRAJECTORIES = {"sft_s1": "Vanilla SFT (1e-3)", "relay_s1": "Relay (3e-4)", "relay_steps900_s1": "Relay, 900 steps (3e-4)"}
+
+
+def trajectory(results: list[dict], model: str) -> list[tuple[int, float, float]]:
+    """(step, validation pass@1 plus %, validation mean NFE) at each decoded checkpoint of one run."""
+    val = sorted((r for r in results if r["model"] == model and r["protocol"] == "val"), key=lambda r: r["step"])
+    return [(r["step"], plus(r), nfe(r)) for r in val]
+
+
+def nfe_at_plus(points: list[tuple[int, float, float]], target: float) -> float | None:
+    """The NFE where the trajectory (in step order) first reaches `target` validation pass@1, interpolated between
+    the two checkpoints that bracket it; None if it never does."""
+    for (_, p0, n0), (_, p1, n1) in zip(points, points[1:]):
+        if min(p0, p1) <= target <= max(p0, p1):
+            return n0 if p1 == p0 else n0 + (target - p0) / (p1 - p0) * (n1 - n0)
+    return None
+
+
+def trajectory_lines(results: list[dict]) -> list[str]:
+    lines = ["| run | step | validation plus (%) | NFE |", "|---|---|---|---|"]
+    for model, label in TRAJECTORIES.items():
+        lines += [f"| {label} | {step} | {p:.1f} | {n:.1f} |" for step, p, n in trajectory(results, model)]
+    sft, relay = trajectory(results, "sft_s1"), trajectory(results, "relay_s1")
+    if len(sft) > 1 and len(relay) > 1:
+        lo = max(min(p for _, p, _ in sft), min(p for _, p, _ in relay))
+        hi = min(max(p for _, p, _ in sft), max(p for _, p, _ in relay))
+        lines += ["", "NFE at matched validation pass@1 plus (each trajectory interpolated where it first reaches it):",
+                  "", "| validation plus (%) | SFT | Relay | Relay - SFT |", "|---|---|---|---|"]
+        for target in ([lo + (hi - lo) * i / 3 for i in range(4)] if hi > lo else []):
+            a, b = nfe_at_plus(sft, target), nfe_at_plus(relay, target)
+            if a is not None and b is not None:
+                lines.append(f"| {target:.1f} | {a:.1f} | {b:.1f} | {b - a:+.1f} |")
+    return lines
+
+
+def v2_test(v2_out: str) -> dict[str, dict]:
+    """v2's kept test decodings at tau 0.85, by model (the runs T's changes are read against)."""
+    return by_model(mini_report.load(v2_out), "test", TAU) if os.path.isdir(v2_out) else {}
+
+
+def changes(results: list[dict], v2: dict[str, dict]) -> list[str]:
+    """Relay - SFT in test NFE at tau 0.85 as v2 ran it and with each of T's changes, per seed and on average."""
+    test = by_model(results, "test", TAU)
+    rows = [("v2 as run: Relay - SFT", "relay_s{}", "sft_s{}", v2, v2),
+            ("rate: Relay at 1e-3 - SFT", "relay_lr0.001_s{}", "sft_s{}", test, v2),
+            ("data seen: Relay - SFT on Relay's distinct rows", "relay_s{}", "sft_limited_s{}", v2, test),
+            ("length: Relay 900 steps - SFT (300)", "relay_steps900_s{}", "sft_s{}", test, test)]
+    lines = ["| comparison (test NFE, tau 0.85) | seeds | per seed | mean | pass@1 plus, points |", "|---|---|---|---|---|"]
+    for label, a, b, found_a, found_b in rows:
+        seeds = [s for s in (1, 2, 3) if a.format(s) in found_a and b.format(s) in found_b]
+        if not seeds:
+            continue
+        diffs = [nfe(found_a[a.format(s)]) - nfe(found_b[b.format(s)]) for s in seeds]
+        points = [plus(found_a[a.format(s)]) - plus(found_b[b.format(s)]) for s in seeds]
+        lines.append(f"| {label} | {', '.join(map(str, seeds))} | {', '.join(f'{d:+.1f}' for d in diffs)} | "
+                     f"{mean(diffs):+.1f} | {mean(points):+.1f} |")
+    return lines if len(lines) > 2 else []
+
+
+def plot_trajectories(results: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colors = {"sft_s1": "tab:blue", "relay_s1": "tab:red", "relay_steps900_s1": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    for model, label in TRAJECTORIES.items():
+        points = trajectory(results, model)
+        if points:
+            ax.plot([n for _, _, n in points], [p for _, p, _ in points], "o-", color=colors[model], ms=4, label=label)
+            for step, p, n in points:
+                ax.annotate(str(step), (n, p), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set(xlabel="mean NFE per validation task (tau 0.85)", ylabel="validation pass@1 plus (%)",
+           title="v2's base: NFE against pass@1 along training (labels: step)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def trajectory_report(out: str, figures: str | None = None, v2_out: str = "results/mini_study_v2") -> str:
+    results = mini_report.load(out)
+    lines = ["# Table 2 in miniature v3, part T: report", "",
+             "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder and v2's.",
+             f"Decoded on: {devices(results)}.", "", "## Trajectories (200 validation tasks, tau 0.85)", "",
+             *trajectory_lines(results), "", "## Relay - SFT with each change (400 test tasks, tau 0.85)", "",
+             *changes(results, v2_test(v2_out)), "", "## Training", "", *training(out), "",
+             "## Rows each run trained on", "", *rows_seen(out), ""]
+    text = "\n".join(lines)
+    with open(os.path.join(out, "mini_study_v3_t.md"), "w") as f:
+        f.write(text)
+    if any(r["protocol"] == "val" for r in results):
+        os.makedirs(figures or out, exist_ok=True)
+        plot_trajectories(results, os.path.join(figures or out, "mini_trajectories_v3.png"))
+    print(text)
+    return text
+
+
 # what differs between the studies' reports, by the folder's name (v2 chooses each run's step on validation; v3 takes
 # checkpoint 200, as the paper; its base is B3)
 REPORTS = {"mini_study_v2": ("v2", "each run's step chosen on validation", METHODS["base"]),
@@ -259,6 +360,8 @@ REPORTS = {"mini_study_v2": ("v2", "each run's step chosen on validation", METHO
 
 
 def report(out: str, figures: str | None = None) -> str:
+    if os.path.basename(os.path.normpath(out)) == "mini_study_v3_t":
+        return trajectory_report(out, figures)
     version, steps, base_label = REPORTS.get(os.path.basename(os.path.normpath(out)), REPORTS["mini_study_v2"])
     results = [r for r in mini_report.load(out) if r["model"] != "b3"]  # b3: the base's trace, not a row
     lines = [f"# Table 2 in miniature {version}: report", "",
