@@ -372,7 +372,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.chdir(runs.ROOT)
     if not args.report_only:
-        run_all(args)
+        lock = common.acquire_lock(args.runs)  # a second study on these folders stops here, in one line
+        try:
+            run_all(args)
+        finally:
+            common.release_lock(lock)
     mini_report_v2.main([args.out])
 
 

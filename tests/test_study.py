@@ -1,0 +1,79 @@
+"""scripts/table2/study.py (Table 2 in miniature v3): the plateau rule by hand, the lanes' order and waiting, and a
+second study on the same folders refused in one line (v2's driver too)."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import common
+from scripts.table2 import study
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_plateau_rule_by_hand():
+    """Evaluations every 100 steps. Rising by 2 points or more within the last three keeps B3 training; the first
+    step whose last three are all within 2 points of the best before them stops it; the cap stops it anyway.
+    Bugs checked: comparing with the previous evaluation only (stops at 400 in the second case), leaving step 0
+    out of "earlier" (no stop at 300 in the first case)."""
+    flat = {0: 10.0, 100: 11.0, 200: 11.5, 300: 11.9}
+    assert study.plateau(flat, 100, 2000) == 300
+    rising = {0: 5.0, 100: 10.0, 200: 15.0, 300: 18.0, 400: 19.0, 500: 19.5, 600: 19.8}
+    # at 400: best of 200-400 is 19 >= best before (10) + 2; at 500: 19.5 >= 15 + 2; at 600: 19.8 < 18 + 2 -> stop
+    assert study.plateau(rising, 100, 2000) == 600
+    assert study.plateau({k: v for k, v in rising.items() if k <= 500}, 100, 2000) is None
+    assert study.plateau({0: 0.0, 100: 10.0, 200: 20.0}, 100, 200) == 200  # the cap
+
+
+def test_lanes_take_the_first_ready_job_and_wait_for_inputs():
+    """One lane, three jobs, b waiting for a's output: a, then b (ready once a made it), then c. A job whose inputs
+    never come is reported instead of waited for, and the others still run. Bug checked: a lane taking the first
+    job whatever its inputs (b would run before a made x)."""
+    made, started = set(), []
+
+    def job(name, makes=None):
+        def work(say):
+            started.append(name)
+            if makes:
+                made.add(makes)
+        return work
+    jobs = [study.Job("a", job("a", "x")), study.Job("b", job("b"), ready=lambda: "x" in made), study.Job("c", job("c"))]
+    study.run_lanes(jobs, 1)
+    assert started == ["a", "b", "c"]  # one lane: a makes x before b is looked at
+    started.clear()
+    made.clear()
+    never = [study.Job("d", job("d"), ready=lambda: False), study.Job("e", job("e"))]
+    with pytest.raises(SystemExit, match="no job can start: d"):
+        study.run_lanes(never, 2)
+    assert started == ["e"]
+
+
+@pytest.mark.parametrize("driver", ["scripts/table2/study.py", "scripts/table2/mini_study_v2.py"])
+def test_a_second_study_on_the_same_folders_stops_in_one_line(tmp_path, driver):
+    """The runs folder held by a live process: the driver stops at once, its last line names the holder, and it
+    writes nothing. Bug checked: without the study's lock the second study started working (v2's: its last line
+    was torchrun's banner, the cause buried in a log)."""
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        runs_dir = tmp_path / "runs"
+        if driver.endswith("study.py"):
+            runs_dir = os.path.join(ROOT, "runs", "mini3-smoke", "v3")
+            args = ["--study=v3", "--smoke"]
+        else:
+            args = [f"--runs={runs_dir}", f"--out={tmp_path / 'out'}", f"--kept={tmp_path / 'kept'}"]
+        os.makedirs(runs_dir, exist_ok=True)
+        lock = os.path.join(runs_dir, common.LOCK_FILE)
+        with open(lock, "w") as f:
+            f.write(f"{holder.pid} {socket.gethostname()}\n")
+        try:
+            done = subprocess.run([sys.executable, driver, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        finally:
+            os.remove(lock)
+        last = (done.stdout + done.stderr).strip().splitlines()[-1]
+        assert done.returncode != 0 and "is in use by another run" in last and f"pid {holder.pid}" in last, last
+        assert not os.path.exists(tmp_path / "out")
+    finally:
+        holder.kill()
