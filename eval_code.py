@@ -56,6 +56,7 @@ from fastdllm.prompt import INSTRUCTION, RESPONSE, make_prompt  # noqa: F401 (IN
 class EvalConfig:
     model: str = "Efficient-Large-Model/Fast_dLLM_v2_1.5B"  # hub id, checkpoint dir, or "tiny" (random, CPU smoke test)
     allow_unverified: bool = False  # load a checkpoint dir without manifest.json (else refused): its files go unchecked
+    pin: str = ""  # a pin file (python -m fastdllm.model --pin=...): a hub snapshot's files must have its sha256
     dataset: str = "humaneval"  # humaneval | mbpp
     data_path: str = ""  # EvalPlus jsonl(.gz); "" = $HUMANEVAL_OVERRIDE_PATH / $MBPP_OVERRIDE_PATH, else HumanEval base only
     canonical: bool = False  # score the reference solutions instead of generating (harness self-check)
@@ -87,7 +88,7 @@ class EvalConfig:
 
 
 # config keys that may differ when a run in out_dir is resumed (they change neither completions nor verdicts)
-RESUMABLE_KEYS = {"out_dir", "workers", "device", "gt_cache_dir", "cuda_graph", "allow_unverified"}  # how it runs, not what it computes
+RESUMABLE_KEYS = {"out_dir", "workers", "device", "gt_cache_dir", "cuda_graph", "allow_unverified", "pin"}  # how it runs, not what it computes
 
 
 # -----------------------------------------------------------------------------
@@ -281,7 +282,7 @@ def _load_model(cfg: EvalConfig):
     if cfg.dtype not in dtypes:
         raise SystemExit(f"--dtype must be one of {list(dtypes)}, got '{cfg.dtype}'")
     model, tok = fastdllm.model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device,
-                                              allow_unverified=cfg.allow_unverified)
+                                              allow_unverified=cfg.allow_unverified, pin=cfg.pin or None)
     return model.eval(), tok, device
 
 

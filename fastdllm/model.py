@@ -16,6 +16,8 @@ attention mask and its KV cache; this file adds what the library cannot express:
     from fastdllm.model import load_fastdllm, make_tiny_fastdllm
     model, tok = load_fastdllm("Efficient-Large-Model/Fast_dLLM_v2_1.5B", use_relay=True)
     model = make_tiny_fastdllm(use_relay=True)   # random 2-layer Qwen2 for CPU tests
+
+    python -m fastdllm.model --pin=Efficient-Large-Model/Fast_dLLM_v2_1.5B --out=PIN.json   # pin a hub snapshot
 """
 import inspect
 import json
@@ -50,6 +52,9 @@ TOKENIZER_FILES = ("tokenizer", "special_tokens_map", "added_tokens", "vocab", "
 # both, so a directory with the entry and no manifest has lost it (transformers writes only {"format": "pt"})
 SHA256_IN = ("sha256_in", "manifest.json")
 ALLOW_UNVERIFIED = "--allow_unverified=True"  # every loader's way out of a refused missing manifest
+WEIGHTS_INDEX = "model.safetensors.index.json"  # a sharded checkpoint's list of its shards
+PIN_KEYS = ("files", "pin_sha256", "snapshot")  # all a pin file holds (write_pin)
+PIN_COMMAND = "python -m fastdllm.model --pin=SNAPSHOT --out=PIN"
 
 # LMFlow's `fast_dllm_v2` conversation template (Qwen2.5 ChatML with the short default system
 # prompt). The {% generation %} span marks what is supervised: the assistant content plus
@@ -266,7 +271,7 @@ def _config_from_json(path: str) -> Qwen2Config:
 
 
 def _weight_files(ckpt_dir: str) -> list[str]:
-    index = os.path.join(ckpt_dir, "model.safetensors.index.json")
+    index = os.path.join(ckpt_dir, WEIGHTS_INDEX)
     if os.path.exists(index):
         with open(index) as f:
             return sorted({os.path.join(ckpt_dir, v) for v in json.load(f)["weight_map"].values()})
@@ -314,24 +319,32 @@ def _marked(weight_file: str) -> bool:
         return False
 
 
-def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False) -> str:
+def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False, pin: str | None = None) -> str:
     """Checkpoints this repository writes (save_fastdllm) carry manifest.json, the sha256 of every file and of
     itself, verified here: ValueError with one line naming the file on any difference. A local directory without
     a manifest is refused too, whether or not model.safetensors says one was written (SHA256_IN): one damaged byte
     of that mark, or another tool, gives a directory no file of which can be verified. allow_unverified loads it
     anyway, with a warning; it never lets a manifest that disagrees with its files through. A hub download (a
-    snapshot in the hub cache) is checked against its blobs' hash names instead (verify_hub_snapshot). Returns
-    what was checked, for the run's records."""
+    snapshot in the hub cache) is checked against its blobs' hash names instead (verify_hub_snapshot), and against
+    `pin` when given (write_pin). Returns what was checked, for the run's records."""
     import common  # the manifest rules shared with the resume state
+    if pin is not None:
+        if not downloaded:
+            raise ValueError(f"a pin ({pin}) is for snapshots in the hub cache, and {ckpt_dir} is a local directory "
+                             f"(verified against its {common.MANIFEST}); drop the pin")
+        read_pin(pin)  # a damaged pin is refused before minutes of hashing
     way_out = f"restore {ckpt_dir} from a copy, or train it again"
     manifest = common.read_manifest(ckpt_dir, fields=("files",), way_out=way_out)
     if manifest is not None:
         common.verify_manifest(ckpt_dir, manifest, way_out)
+        if pin is not None:  # a snapshot of a checkpoint of ours: its manifest.json is a blob of the cache too
+            check_pin(ckpt_dir, pin)
+            return f"verified: the sha256 of every file, in {common.MANIFEST} and in the pin {pin}"
         return f"verified: the sha256 of every file, in {common.MANIFEST}"
     if not os.path.isfile(os.path.join(ckpt_dir, "config.json")):
         raise ValueError(f"{ckpt_dir} is not a Fast-dLLM checkpoint directory (no config.json)")
     if downloaded:
-        return verify_hub_snapshot(ckpt_dir, allow_unverified)
+        return verify_hub_snapshot(ckpt_dir, allow_unverified, pin)
     missing = os.path.join(ckpt_dir, common.MANIFEST)
     why = _why_no_manifest(ckpt_dir)
     if not allow_unverified:
@@ -340,36 +353,6 @@ def check_files(ckpt_dir: str, downloaded: bool, allow_unverified: bool = False)
     print(f"WARNING: {missing} is missing ({why}): loading {ckpt_dir} UNVERIFIED because of {ALLOW_UNVERIFIED}; "
           "a damaged or changed file goes unnoticed", file=sys.stderr)
     return f"not verified: no {common.MANIFEST} ({why}), loaded with {ALLOW_UNVERIFIED}"
-
-
-def verify_hub_snapshot(ckpt_dir: str, allow_unverified: bool = False) -> str:
-    """A hub cache snapshot links each file to a blob named by its content hash (sha256 for LFS files, git's blob
-    sha1 for small ones): every file is checked against that name. ValueError with one line naming the first file
-    that differs or is no such link; allow_unverified loads it anyway, with a warning."""
-    import common  # the same sha256 the manifests use
-    from huggingface_hub.utils.sha import git_hash
-    for folder, _, names in os.walk(ckpt_dir):
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            blob = os.path.realpath(path)
-            want = os.path.basename(blob)
-            if len(want) == 64:
-                got = common.file_sha256(blob)
-            elif len(want) == 40:
-                with open(blob, "rb") as f:
-                    got = git_hash(f.read())
-            else:
-                got = None
-            if got == want:
-                continue
-            why = ("is not a link to a hub cache blob named by its hash" if got is None else
-                   f"differs from the hash its hub cache blob is named by ({want[:12]}...): {blob} was changed or damaged")
-            if not allow_unverified:
-                raise ValueError(f"{path} {why}; delete the snapshot and download it again, or load it unverified "
-                                 f"with {ALLOW_UNVERIFIED}")
-            print(f"WARNING: {path} {why}: loading {ckpt_dir} UNVERIFIED because of {ALLOW_UNVERIFIED}", file=sys.stderr)
-            return f"not verified: {path} {why}, loaded with {ALLOW_UNVERIFIED}"
-    return "verified: every file against the hash its hub cache blob is named by"
 
 
 def _why_no_manifest(ckpt_dir: str) -> str:
@@ -384,22 +367,213 @@ def _why_no_manifest(ckpt_dir: str) -> str:
     return "written by another tool, or before manifests, or its mark is damaged"
 
 
+# -----------------------------------------------------------------------------
+# hub cache snapshots: each file a link to a blob named by its hash; a pin records which blob each file must be
+
+
+def verify_hub_snapshot(ckpt_dir: str, allow_unverified: bool = False, pin: str | None = None) -> str:
+    """A hub cache snapshot links each file to a blob named by its content hash (sha256 for LFS files, git's blob
+    sha1 for small ones): every file is checked against that name, and every file a load cannot do without
+    (required_files) must be there. ValueError with one line naming the first file that differs, is no such link
+    or is missing; allow_unverified loads it anyway, with a warning. This proves each file is the blob it links
+    to, not that the blob is this file's: a link re-pointed to another blob of the cache passes. `pin` (write_pin)
+    closes that: every file the loader reads must have the sha256 pinned, and no flag lets a difference through."""
+    import common  # the same sha256 the manifests use
+    sha256 = {name: common.file_sha256(os.path.join(ckpt_dir, name)) for name in _snapshot_files(ckpt_dir)}
+    if pin is not None:  # first: allow_unverified must not skip it
+        check_pin(ckpt_dir, pin, sha256)
+    for name, digest in sha256.items():
+        why = _blob_mismatch(os.path.join(ckpt_dir, name), digest)
+        if why is not None:
+            return _refuse_or_warn(ckpt_dir, os.path.join(ckpt_dir, name), why, allow_unverified)
+    for name, holds in required_files(ckpt_dir).items():
+        if name not in sha256:
+            return _refuse_or_warn(ckpt_dir, os.path.join(ckpt_dir, name),
+                                   f"is missing ({holds}), so the snapshot is incomplete", allow_unverified)
+    if pin is not None:
+        return (f"verified: every file the loader reads against the sha256 in the pin {pin}, and against its hub "
+                "cache blob")
+    return "verified: every file against the hash its hub cache blob is named by, none the loader needs missing"
+
+
+def _snapshot_files(ckpt_dir: str) -> list[str]:
+    """Every file under ckpt_dir, relative; a link to no file (its blob gone) counts as missing."""
+    found = [os.path.relpath(os.path.join(d, f), ckpt_dir) for d, _, files in os.walk(ckpt_dir) for f in files]
+    return sorted(f for f in found if os.path.isfile(os.path.join(ckpt_dir, f)))
+
+
+def _blob_mismatch(path: str, sha256: str) -> str | None:
+    """Why path is not the blob it links to (None when it is): the blob's name is its content hash."""
+    from huggingface_hub.utils.sha import git_hash
+    blob = os.path.realpath(path)
+    want = os.path.basename(blob)
+    if len(want) == 64:
+        got = sha256
+    elif len(want) == 40:  # git's blob sha1: the small, non-LFS files
+        with open(blob, "rb") as f:
+            got = git_hash(f.read())
+    else:
+        return "is not a link to a hub cache blob named by its hash"
+    if got == want:
+        return None
+    return f"differs from the hash its hub cache blob is named by ({want[:12]}...): {blob} was changed or damaged"
+
+
+def _refuse_or_warn(ckpt_dir: str, path: str, why: str, allow_unverified: bool) -> str:
+    if not allow_unverified:
+        raise ValueError(f"{path} {why}; delete the snapshot and download it again, or load it unverified "
+                         f"with {ALLOW_UNVERIFIED}")
+    print(f"WARNING: {path} {why}: loading {ckpt_dir} UNVERIFIED because of {ALLOW_UNVERIFIED}", file=sys.stderr)
+    return f"not verified: {path} {why}, loaded with {ALLOW_UNVERIFIED}"
+
+
+def _read_json(path: str) -> dict:
+    """path's JSON object, or {} when it is missing or unreadable: the loader then refuses the file itself."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def required_files(ckpt_dir: str) -> dict[str, str]:
+    """The files of a snapshot a load cannot do without, each with what it holds. config.json; the weights as
+    transformers and _weight_files read them (model.safetensors, or model.safetensors.index.json and every shard
+    it names); tokenizer.json and tokenizer_config.json (without the latter the tokenizer loads, with no eos or
+    pad token); chat_template.jinja unless tokenizer_config.json holds the template (the older layout), since
+    without one the tokenizer loads with no template and fastdllm/prompt.py falls back to plain ChatML; the remote
+    code config.json's auto_map names (train_fastdllm.py copies it into every checkpoint it saves). The other
+    files loaded_files lists are read when present; a repository may not have them."""
+    need = {"config.json": "the model's config", "tokenizer.json": "the tokenizer",
+            "tokenizer_config.json": "the tokenizer's special tokens"}
+    if os.path.isfile(os.path.join(ckpt_dir, WEIGHTS_INDEX)):
+        need[WEIGHTS_INDEX] = "the index of the weight shards"
+        weight_map = _read_json(os.path.join(ckpt_dir, WEIGHTS_INDEX)).get("weight_map")
+        shards = weight_map.values() if isinstance(weight_map, dict) else ()
+        need.update({s: "a weight shard its index names" for s in sorted(set(shards)) if isinstance(s, str)})
+    else:
+        need["model.safetensors"] = "the weights"
+    if "chat_template" not in _read_json(os.path.join(ckpt_dir, "tokenizer_config.json")):
+        need["chat_template.jinja"] = "the chat template"
+    need.update({f: "remote code its config.json's auto_map names" for f in _remote_code(ckpt_dir)})
+    return need
+
+
+def _remote_code(ckpt_dir: str) -> list[str]:
+    """The files of the modules config.json's auto_map names ("modeling.Fast_dLLM_QwenForCausalLM": modeling.py;
+    a "repo--module.Class" entry lives in another repository)."""
+    auto_map = _read_json(os.path.join(ckpt_dir, "config.json")).get("auto_map")
+    if not isinstance(auto_map, dict):
+        return []
+    refs = [r for v in auto_map.values() for r in (v if isinstance(v, list) else [v])]  # AutoTokenizer: [slow, fast]
+    return sorted({r.rsplit(".", 1)[0].replace(".", "/") + ".py" for r in refs
+                   if isinstance(r, str) and "." in r and "--" not in r})
+
+
+def loaded_files(ckpt_dir: str) -> list[str]:
+    """Every file of ckpt_dir the loader reads, required or read when present: what a pin lists. transformers reads
+    config.json, generation_config.json and model.safetensors (before an index); _weight_files the index and its
+    shards; load_tokenizer_files every TOKENIZER_FILES name; train_fastdllm.py copies every *.py."""
+    top = [n for n in os.listdir(ckpt_dir) if os.path.isfile(os.path.join(ckpt_dir, n))]
+    read = {n for n in top if n in ("config.json", "generation_config.json", "model.safetensors", WEIGHTS_INDEX)
+            or n.startswith(TOKENIZER_FILES) or n.endswith(".py")}
+    return sorted(read | {n for n in required_files(ckpt_dir) if os.path.isfile(os.path.join(ckpt_dir, n))})
+
+
+def _pin_digest(pin: dict) -> str:
+    """sha256 of the pin's content (canonical JSON) without its own digest."""
+    import hashlib
+    body = {k: v for k, v in pin.items() if k != "pin_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def write_pin(name_or_path: str, out: str) -> dict:
+    """Pin a hub snapshot (a hub id, or a path in the hub cache): check it first (check_files: each file against
+    its blob's name, none the loader needs missing), then write `out`, the sha256 of every file the loader reads
+    (loaded_files) and of the pin itself. Loads given pin=out refuse any file that differs. The pin vouches for the
+    snapshot as it is now, not for what the hub serves: pin right after a download you trust. Returns the pin."""
+    ckpt_dir = resolve_checkpoint(name_or_path)
+    if not in_hub_cache(ckpt_dir):
+        raise ValueError(f"{ckpt_dir} is not a snapshot in the hub cache: a local directory is verified against its "
+                         "manifest.json, there is nothing to pin")
+    try:
+        check_files(ckpt_dir, downloaded=True)
+    except ValueError as e:  # its way out is the loaders'
+        raise ValueError(f"not pinned: {e}") from None
+    import common
+    # hashed a second time after the check: pinning is once per download
+    pin = {"snapshot": os.path.realpath(ckpt_dir),
+           "files": {name: common.file_sha256(os.path.join(ckpt_dir, name)) for name in loaded_files(ckpt_dir)}}
+    pin["pin_sha256"] = _pin_digest(pin)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".tmp", "w") as f:
+        json.dump(pin, f, indent=1, sort_keys=True)
+    os.replace(out + ".tmp", out)
+    return pin
+
+
+def read_pin(path: str) -> dict:
+    """A pin file (write_pin), checked before any entry is used: readable JSON, an object with exactly PIN_KEYS,
+    its own sha256, 'files' names with sha256 digests. Else ValueError, one line naming the file."""
+    way_out = f"write it again ({PIN_COMMAND})"
+    try:
+        with open(path) as f:
+            pin = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"the pin {path} does not exist; write it with {PIN_COMMAND}") from None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"the pin {path} is damaged (not readable JSON: {type(e).__name__}); {way_out}") from None
+    if not isinstance(pin, dict) or set(pin) != set(PIN_KEYS):
+        got = sorted(pin) if isinstance(pin, dict) else type(pin).__name__
+        raise ValueError(f"the pin {path} is damaged (a pin holds {', '.join(PIN_KEYS)}; this one {got}); {way_out}")
+    if pin["pin_sha256"] != _pin_digest(pin):
+        raise ValueError(f"the pin {path} is corrupted: its contents do not match the sha256 stored in it; {way_out}")
+    files = pin["files"]
+    if not (isinstance(files, dict) and files and all(
+            isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in files.items())):
+        raise ValueError(f"the pin {path} is damaged (its 'files' entry is not names and sha256 digests); {way_out}")
+    return pin
+
+
+def check_pin(ckpt_dir: str, pin: str, sha256: dict[str, str] | None = None) -> None:
+    """Every file the pin lists is in ckpt_dir with its pinned sha256, and the loader reads no other: else ValueError,
+    one line naming the file. sha256: the digests of ckpt_dir's files, when the caller has them."""
+    import common
+    files = read_pin(pin)["files"]
+    again = f"delete the snapshot and download it again, or pin it again ({PIN_COMMAND}) if it changed on purpose"
+    for name, want in sorted(files.items()):
+        path = os.path.join(ckpt_dir, name)
+        if not os.path.isfile(path):
+            raise ValueError(f"{path} is missing, but the pin {pin} lists it; {again}")
+        got = sha256[name] if sha256 is not None and name in sha256 else common.file_sha256(path)
+        if got != want:
+            raise ValueError(f"{path} differs from the pin {pin} (sha256 {got[:12]}..., pinned {want[:12]}...): it "
+                             f"links to another blob, or its blob changed; {again}")
+    unpinned = [name for name in loaded_files(ckpt_dir) if name not in files]
+    if unpinned:
+        raise ValueError(f"{os.path.join(ckpt_dir, unpinned[0])} is not in the pin {pin}, and the loader reads it; "
+                         f"{again}")
+
+
 # from_pretrained builds the model under a process-wide meta-device context: a module built meanwhile in another
 # thread (a second load, or the relay LayerNorm) gets meta parameters and fails later with "Cannot copy out of meta tensor"
 _FROM_PRETRAINED = threading.Lock()
 
 
 def load_fastdllm(name_or_path: str, use_relay: bool | None = None, dtype: torch.dtype = torch.bfloat16,
-                  device: str = "cpu", allow_unverified: bool = False) -> tuple[FastDLLM, PreTrainedTokenizerFast]:
+                  device: str = "cpu", allow_unverified: bool = False,
+                  pin: str | None = None) -> tuple[FastDLLM, PreTrainedTokenizerFast]:
     """Load a Fast-dLLM v2 checkpoint (local dir or hub id), with its tokenizer.
 
     use_relay=None follows the checkpoint; True on a checkpoint without relay weights attaches a
     fresh zero-initialised relay LayerNorm (the start of a Relay run); False drops them. The files are
-    checked first (check_files: a local directory without manifest.json is refused unless allow_unverified);
+    checked first (check_files: a local directory without manifest.json is refused unless allow_unverified;
+    a hub snapshot against its blobs, and against the pin file `pin` when given, see write_pin);
     model.files_check says how, for the records of the run that loads it."""
     ckpt_dir = resolve_checkpoint(name_or_path)
     files_check = check_files(ckpt_dir, downloaded=not os.path.isdir(name_or_path) or in_hub_cache(ckpt_dir),
-                              allow_unverified=allow_unverified)
+                              allow_unverified=allow_unverified, pin=pin)
     try:
         config = _config_from_json(os.path.join(ckpt_dir, "config.json"))
         files = _weight_files(ckpt_dir)
@@ -551,3 +725,29 @@ def make_tiny_fastdllm(use_relay: bool = False, seed: int = 0, **overrides) -> F
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     return FastDLLM(Qwen2ForCausalLM(config), use_relay=use_relay)
+
+
+# -----------------------------------------------------------------------------
+# python -m fastdllm.model --pin=Efficient-Large-Model/Fast_dLLM_v2_1.5B --out=fast_dllm_v2_1.5b.pin.json
+
+
+def main(argv: list[str] | None = None) -> None:
+    import configurator
+    p = configurator.ArgumentParser(prog="python -m fastdllm.model", allow_abbrev=False,
+                                    description="Pin a hub cache snapshot: write the sha256 of every file the loader "
+                                    "reads, for later loads' --pin (docs/reliability.md, Hub snapshots and pins).")
+    p.add_argument("--pin", required=True, help="a hub id (its cached snapshot; downloaded when missing and online) "
+                   "or a snapshot directory in the hub cache")
+    p.add_argument("--out", required=True, help="the pin file (JSON) to write")
+    args = p.parse_args(argv)
+    try:
+        pin = write_pin(args.pin, args.out)
+    except ValueError as e:
+        raise SystemExit(f"python -m fastdllm.model: {e}") from None
+    except OSError as e:  # --out in an unwritable place
+        raise SystemExit(f"python -m fastdllm.model: --out={args.out}: {_first_line(e)}") from None
+    print(f"wrote {args.out}: the sha256 of {len(pin['files'])} files of {pin['snapshot']}")
+
+
+if __name__ == "__main__":
+    main()

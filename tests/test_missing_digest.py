@@ -306,3 +306,131 @@ def test_a_hub_cache_snapshot_is_verified_against_its_blob_hashes(tmp_path, monk
     shutil.copy(tmp_path / "saved" / "model.safetensors", os.path.join(snapshot, "model.safetensors"))
     with pytest.raises(ValueError, match="model.safetensors is not a link to a hub cache blob"):
         load_fastdllm(snapshot, dtype=torch.float32)
+
+
+def relink(snapshot, name: str, blob: str) -> None:
+    """Point the snapshot's `name` at blobs/`blob`, as the hub client links it."""
+    path = os.path.join(snapshot, name)
+    if os.path.lexists(path):
+        os.remove(path)
+    os.symlink(os.path.join("..", "..", "blobs", blob), path)
+
+
+def test_a_hub_snapshot_missing_a_file_the_loader_reads_is_refused(tmp_path, monkeypatch, capsys):
+    """A snapshot without its tokenizer_config.json link (the tokenizer would load with no eos or pad token) or its
+    chat_template.jinja link (no chat template: other prompts) is refused in one line naming the file and
+    --allow_unverified=True; with that flag it loads with a warning, and says it was not verified. Without
+    generation_config.json, a file a repository may lack, it loads verified. Bugs checked: verify_hub_snapshot
+    checking only the files there (both refusals missed); generation_config.json required (the last load refused)."""
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    hub_layout_dir(tmp_path / "saved")
+    snapshot = hub_cache_snapshot(tmp_path / "cache", tmp_path / "saved")
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        blob = os.path.basename(os.path.realpath(os.path.join(snapshot, name)))
+        os.remove(os.path.join(snapshot, name))
+        with pytest.raises(ValueError, match=f"{snapshot}/{name} is missing .*--allow_unverified=True$") as e:
+            load_fastdllm(snapshot, dtype=torch.float32)
+        assert "\n" not in str(e.value)
+        capsys.readouterr()
+        model, _ = load_fastdllm(snapshot, dtype=torch.float32, allow_unverified=True)
+        assert model.files_check.startswith(f"not verified: {snapshot}/{name} is missing"), model.files_check
+        assert f"{name} is missing" in capsys.readouterr().err
+        relink(snapshot, name, blob)
+    os.remove(os.path.join(snapshot, "generation_config.json"))
+    model, _ = load_fastdllm(snapshot, dtype=torch.float32)
+    assert model.files_check.startswith("verified"), model.files_check
+
+
+def test_a_re_pointed_weights_link_is_refused_only_with_a_pin(tmp_path, monkeypatch, capsys):
+    """model.safetensors re-pointed to another valid blob of the cache (other weights) passes the blob check: the
+    file is the blob it links to, and offline nothing says which blob is this file's (docs/reliability.md). With
+    the pin `python -m fastdllm.model --pin=org/tiny` wrote before, load_fastdllm refuses it in one line naming the
+    file and the pin, with --allow_unverified=True too, and so does eval_code.py --pin; a plain file of those other
+    weights in the link's place is refused by the pin under --allow_unverified=True as well, and so is a
+    special_tokens_map.json the pin does not list. Bugs checked: the pin's sha256 not compared with the files (the
+    re-pointed link's refusals missed); the blob check, under allow_unverified, returning before the pin is
+    compared (the plain file's refusal missed); files the pin does not list left unchecked (the added one loaded)."""
+    import huggingface_hub.constants
+    import fastdllm.model
+    from safetensors.torch import save_file
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    hub_layout_dir(tmp_path / "saved")
+    snapshot = hub_cache_snapshot(tmp_path / "cache", tmp_path / "saved")
+    (tmp_path / "cache" / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "cache" / "models--org--tiny" / "refs" / "main").write_text("0" * 40)  # the hub id's revision
+    pin = tmp_path / "pins" / "tiny.json"
+    fastdllm.model.main(["--pin=org/tiny", f"--out={pin}"])
+    assert capsys.readouterr().out.startswith(f"wrote {pin}: the sha256 of 6 files")
+    model, _ = load_fastdllm(snapshot, dtype=torch.float32, pin=str(pin))
+    assert model.files_check.startswith(f"verified: every file the loader reads against the sha256 in the pin {pin}")
+    pinned = model.state_dict()
+    extra = b'{"eos_token": "<|endoftext|>"}'  # a file the pin does not list that the tokenizer would read
+    blob = hashlib.sha1(b"blob %d\0" % len(extra) + extra).hexdigest()
+    (tmp_path / "cache" / "models--org--tiny" / "blobs" / blob).write_bytes(extra)
+    relink(snapshot, "special_tokens_map.json", blob)
+    with pytest.raises(ValueError, match=f"{snapshot}/special_tokens_map.json is not in the pin {pin}, and the loader"):
+        load_fastdllm(snapshot, dtype=torch.float32, pin=str(pin))
+    os.remove(os.path.join(snapshot, "special_tokens_map.json"))
+
+    other = tmp_path / "other.safetensors"  # another model's weights, a valid blob of the same cache
+    save_file({k: v + 1 for k, v in load_file(tmp_path / "saved" / "model.safetensors").items()}, str(other))
+    blob = hashlib.sha256(other.read_bytes()).hexdigest()
+    shutil.copy(other, tmp_path / "cache" / "models--org--tiny" / "blobs" / blob)
+    relink(snapshot, "model.safetensors", blob)
+    model, _ = load_fastdllm(snapshot, dtype=torch.float32)  # the hole a pin closes
+    assert model.files_check.startswith("verified"), model.files_check
+    assert not torch.equal(model.state_dict()["model.norm.weight"], pinned["model.norm.weight"])
+    refusal = f"{snapshot}/model.safetensors differs from the pin {pin} "
+    for allow in (False, True):
+        with pytest.raises(ValueError, match=refusal) as e:
+            load_fastdllm(snapshot, dtype=torch.float32, allow_unverified=allow, pin=str(pin))
+        assert "\n" not in str(e.value)
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit, match=refusal):
+        eval_code.main([f"--model={snapshot}", f"--pin={pin}", "--limit=1", "--device=cpu", "--dtype=float32", SANDBOX,
+                        f"--out_dir={tmp_path / 'eval'}"])
+    os.remove(os.path.join(snapshot, "model.safetensors"))
+    shutil.copy(other, os.path.join(snapshot, "model.safetensors"))
+    with pytest.raises(ValueError, match=refusal):
+        load_fastdllm(snapshot, dtype=torch.float32, allow_unverified=True, pin=str(pin))
+
+
+def test_a_damaged_pin_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A pin that is not JSON, lacks an entry, pins no file, or has a digest changed (one hex digit) is refused in one
+    line naming it and how to write it again, by load_fastdllm (with --allow_unverified=True too) and by
+    eval_code.py, which writes nothing. Bugs checked: read_pin without its own sha256 (the changed digit taken for
+    a changed file); without the check of its entry names (a KeyError on the missing digest) or of its files (an
+    empty pin refusing the snapshot's files one by one instead)."""
+    import huggingface_hub.constants
+    from fastdllm.model import _pin_digest, write_pin
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    hub_layout_dir(tmp_path / "saved")
+    snapshot = hub_cache_snapshot(tmp_path / "cache", tmp_path / "saved")
+    good = write_pin(snapshot, str(tmp_path / "pin.json"))
+    text = (tmp_path / "pin.json").read_text()
+    no_files = {k: v for k, v in good.items() if k != "files"}
+    no_digest = {k: v for k, v in good.items() if k != "pin_sha256"}
+    empty = dict(good, files={})
+    empty["pin_sha256"] = _pin_digest(empty)
+    digit = good["files"]["model.safetensors"][0]
+    changed = dict(good, files=dict(good["files"], **{"model.safetensors": ("1" if digit == "0" else "0")
+                                                     + good["files"]["model.safetensors"][1:]}))
+    cases = {"truncated": (text[:len(text) // 2], "is damaged \\(not readable JSON"),
+             "no_files": (json.dumps(no_files), "is damaged \\(a pin holds files, pin_sha256, snapshot"),
+             "no_digest": (json.dumps(no_digest), "is damaged \\(a pin holds files, pin_sha256, snapshot"),
+             "empty": (json.dumps(empty), "is damaged \\(its 'files' entry"),
+             "changed": (json.dumps(changed), "is corrupted: its contents do not match the sha256 stored in it")}
+    monkeypatch.chdir(ROOT)
+    for name, (content, why) in cases.items():
+        bad = tmp_path / f"{name}.json"
+        bad.write_text(content)
+        message = f"the pin {bad} {why}.*; write it again \\(python -m fastdllm.model --pin="
+        for allow in (False, True):
+            with pytest.raises(ValueError, match=message) as e:
+                load_fastdllm(snapshot, dtype=torch.float32, allow_unverified=allow, pin=str(bad))
+            assert "\n" not in str(e.value), name
+        with pytest.raises(SystemExit, match=message):
+            eval_code.main([f"--model={snapshot}", f"--pin={bad}", "--limit=1", "--device=cpu", SANDBOX,
+                            f"--out_dir={tmp_path / name}"])
+        assert not (tmp_path / name).exists()
