@@ -27,6 +27,17 @@ def test_the_v2_schedule_ends_near_zero_after_a_short_warmup(objective):
     assert train_fastdllm.lr_at((cfg.max_iters + cfg.warmup_iters) // 2, cfg) == pytest.approx(peak / 2, rel=0.02)
 
 
+def write_result(out: str, name: str, step: int, tau: float, protocol: str) -> None:
+    """A valid kept result (two tasks) at its place in out."""
+    path = mini_study_v2.mini_report.result_path(out, name, step, tau, protocol)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    ids = [f"mini2/{'val' if protocol == 'val' else 'test'}/{i}" for i in range(2)]
+    record = mini_study_v2.mini_report.stamp(dict(model=name, step=step, tau=tau, protocol=protocol, task_ids=ids,
+                                                  base=[1, 0], plus=[1, 0], nfe=[40, 40]))
+    with open(path, "w") as f:
+        json.dump(record, f)
+
+
 def fake_run(path, val: dict[int, float], kept: list[int]) -> str:
     """A run folder as train_fastdllm.py leaves it: metrics.jsonl with validation losses, complete ckpt-N folders."""
     os.makedirs(path)
@@ -190,9 +201,7 @@ def test_a_study_resumed_on_another_machine_trains_only_what_the_repository_does
         json.dump({"chosen": {"sft": 0.001, "relay": 0.0003}}, f)
     for name in ("sft_s1", "relay_s2"):  # every result kept; sft_s1's weights too
         for where, tau in m.protocol(args):
-            path = m.mini_report.result_path(str(tmp_path / "out"), name, 300, tau, where)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "w").close()
+            write_result(str(tmp_path / "out"), name, 300, tau, where)
     os.makedirs(tmp_path / "kept" / "sft_s1")
     monkeypatch.setattr(m.mini_study, "is_complete", lambda folder: os.path.isdir(folder))
     trained = []
@@ -371,7 +380,5 @@ def test_a_run_is_finished_only_when_every_result_of_its_protocol_is_kept(tmp_pa
     assert len(wanted) == 5
     for n in (1, len(wanted) - 1, len(wanted)):
         for protocol, tau in wanted[:n]:
-            path = mini_study_v2.mini_report.result_path(args.out, "sft_s2", 300, tau, protocol)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "w").write("{}")
+            write_result(args.out, "sft_s2", 300, tau, protocol)
         assert mini_study_v2.finished(args, "sft", 2) == (n == len(wanted)), n

@@ -15,7 +15,8 @@ NFE = {"sft_s1_lr0.0003": [40, 50], "sft_s1_lr0.001": [30, 36], "relay_s1_lr0.00
 
 
 def record(name: str) -> dict:
-    return dict(model=name, step=300, tau=0.85, protocol="test", task_ids=IDS, base=[1, 0], plus=[1, 0], nfe=NFE[name])
+    return rate_check.mini_report.stamp(dict(model=name, step=300, tau=0.85, protocol="test", task_ids=IDS, base=[1, 0],
+                                             plus=[1, 0], nfe=NFE[name]))
 
 
 def test_the_differences_are_relay_minus_sft_task_by_task():
@@ -58,7 +59,7 @@ def test_the_docs_state_the_kept_rate_check():
     kept = os.path.join(root, "results", "mini_study_v2_rates")
     args = argparse.Namespace(n=100, tau=0.85, out=kept)
     names = [rate_check.label(*d) for d in rate_check.DECODINGS]
-    records = {name: rate_check.mini_report.read_kept(rate_check.kept_path(args, name)) for name in names}
+    records = {name: rate_check.read_kept(rate_check.kept_path(args, name), name, args) for name in names}
     page = open(os.path.join(root, "docs", "table2_miniature.md"), encoding="utf-8").read()
     text = rate_check.table(records, args)
     for row in [line for line in text.splitlines() if line.startswith("| sft_") or line.startswith("| relay_")]:
@@ -85,10 +86,11 @@ def test_a_new_decoding_is_kept_with_the_device_it_ran_on(tmp_path, monkeypatch)
     monkeypatch.setattr(rate_check.mini_check, "v2_tasks", lambda n: [{"task_id": t} for t in IDS[:n]])
     for objective, lr, _ in rate_check.DECODINGS:
         os.makedirs(rate_check.checkpoint(str(tmp_path / "runs"), objective, lr), exist_ok=True)
+        open(os.path.join(rate_check.checkpoint(str(tmp_path / "runs"), objective, lr), "manifest.json"), "w").write("{}")
     args = rate_check.parse_args([f"--runs={tmp_path / 'runs'}", f"--out={tmp_path / 'kept'}", "--n=2"])
     rate_check.decode(args)
     for d in rate_check.DECODINGS:
-        kept = rate_check.mini_report.read_kept(rate_check.kept_path(args, rate_check.label(*d)))
+        kept = rate_check.read_kept(rate_check.kept_path(args, rate_check.label(*d)), rate_check.label(*d), args)
         assert kept["device"] == "cpu" and kept["plus"] == [1, 0] and kept["nfe"] == [40, 40]
 
 
@@ -96,4 +98,4 @@ def test_every_kept_rate_check_result_names_its_device():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     kept = os.path.join(root, "results", "mini_study_v2_rates")
     for name in sorted(os.listdir(kept)):
-        assert rate_check.mini_report.read_kept(os.path.join(kept, name)).get("device") == "cpu", name
+        assert rate_check.mini_report.read_kept(os.path.join(kept, name), named_by_fields=False).get("device") == "cpu", name

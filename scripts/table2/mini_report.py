@@ -30,7 +30,7 @@ KEPT_FIELDS = ("model", "step", "tau", "protocol", "task_ids", "base", "plus", "
 
 
 def result_path(out: str, model: str, step: int, tau: float, protocol: str) -> str:
-    return os.path.join(out, model, f"step_{step}_{protocol}_tau_{tau:g}.json")
+    return os.path.join(out, model, result_name(step, tau, protocol))
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -59,22 +59,71 @@ def read_json(path: str, fields: tuple[str, ...]) -> dict:
     return record
 
 
-def read_kept(path: str) -> dict:
-    """One kept result, checked for every field the report reads (a file cut short by a killed study, or one
-    written by another version, would otherwise stop the report with a traceback, or the study hours later)."""
-    redo = "restore it, or delete it and scripts/table2/mini_study.py evaluates it again"
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# what every kept result must hold, field by field: (rule, its test); per-task lists also one value per task id
+FIELD_RULES = {
+    "model": ("a run name (text)", lambda v: isinstance(v, str) and bool(v)),
+    "step": ("a whole number of steps >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "tau": ("a threshold in (0, 1]", lambda v: _is_number(v) and 0 < v <= 1),
+    "protocol": ("the protocol's name (text)", lambda v: isinstance(v, str) and bool(v)),
+    "task_ids": ("a list of task ids (text)", lambda v: isinstance(v, list) and bool(v) and all(isinstance(t, str) for t in v)),
+    "base": ("a list of 0 / 1 verdicts", lambda v: isinstance(v, list) and all(x in (0, 1) and not isinstance(x, float) for x in v)),
+    "plus": ("a list of 0 / 1 verdicts", lambda v: isinstance(v, list) and all(x in (0, 1) and not isinstance(x, float) for x in v)),
+    "nfe": ("a list of forward-pass counts (numbers)", lambda v: isinstance(v, list) and all(_is_number(x) and x >= 0 for x in v)),
+}
+PER_TASK = ("base", "plus", "nfe", "tokens", "blocks")
+
+
+def result_problem(record, file_name: str, folder: str | None) -> str | None:
+    """What is wrong with a kept result, as '<field>: <why>', or None. Its name must be the one its own fields give:
+    folder = model and file = step_<step>_<protocol>_tau_<tau>.json (folder None: a layout that names its files
+    otherwise, checked by its caller); a stamped result's digests must match its content."""
+    if not isinstance(record, dict):
+        return "the file: not a JSON object"
+    for key, (rule, ok) in FIELD_RULES.items():
+        if key not in record:
+            return f"{key}: missing"
+        if not ok(record[key]):
+            return f"{key}: must be {rule}, got {str(record[key])[:40]}"
+    for key in PER_TASK:
+        if key in record and (not isinstance(record[key], list) or len(record[key]) != len(record["task_ids"])):
+            return f"{key}: does not hold one value per task id ({len(record['task_ids'])})"
+    if "n" in record and record["n"] != len(record["task_ids"]):
+        return f"n: {record['n']}, but the result holds {len(record['task_ids'])} task ids"
+    if folder is not None and folder != record["model"]:
+        return f"model: {record['model']!r}, but the file is in {folder}/"
+    if folder is not None and file_name != result_name(record["step"], record["tau"], record["protocol"]):
+        return (f"step/protocol/tau: the fields say {result_name(record['step'], record['tau'], record['protocol'])}, "
+                f"the file is named {file_name}")
+    if "digest" in record:
+        if record.get("task_digest") != task_digest(record["task_ids"]):
+            return "task_digest: does not match the task ids"
+        if record["digest"] != content_digest(record):
+            return "digest: does not match the content (a field was edited after the result was kept)"
+    return None
+
+
+def result_name(step: int, tau: float, protocol: str) -> str:
+    return f"step_{step}_{protocol}_tau_{tau:g}.json"
+
+
+def read_kept(path: str, named_by_fields: bool = True) -> dict:
+    """One kept result, checked field by field and against its own name (result_problem): a file cut short by a
+    killed study, one written by another version, or one renamed or edited, stops the reader in one line naming
+    the file and the field, instead of a traceback or a silently wrong report."""
+    redo = "restore it (git checkout), or delete it and the study decodes it again"
     try:
         with open(path) as f:
             record = json.load(f)
-    except json.JSONDecodeError as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SystemExit(f"{path} is cut short or not JSON ({e}): {redo}") from None
-    missing = [k for k in KEPT_FIELDS if not isinstance(record, dict) or k not in record]
-    if missing:
-        raise SystemExit(f"{path} lacks the field {', '.join(missing)}: {redo}")
-    uneven = [k for k in ("base", "plus", "nfe")
-              if not isinstance(record[k], list) or len(record[k]) != len(record["task_ids"])]
-    if uneven:
-        raise SystemExit(f"{path}: {', '.join(uneven)} does not hold one value per task id: {redo}")
+    folder = os.path.basename(os.path.dirname(os.path.abspath(path))) if named_by_fields else None
+    problem = result_problem(record, os.path.basename(path), folder)
+    if problem:
+        raise SystemExit(f"{path}: {problem}: {redo}")
     return record
 
 
@@ -118,15 +167,52 @@ def stamp(record: dict) -> dict:
     return dict(record, digest=content_digest(record))
 
 
-def load(out: str) -> list[dict]:
-    """Every kept result under out."""
+def load(out: str, tasks: dict[str, int] | None = None, stamped: bool = False,
+         pins: dict[str, str] | None = None) -> list[dict]:
+    """Every kept result under out (out/<model>/step_*.json), each checked (read_kept). tasks: the number of tasks
+    each protocol decodes, checked with the ids' order (<study>/<split>/0, 1, ...); stamped: every result must
+    carry its digests (stamp.py writes them into results kept before they existed); pins: {data file: sha256},
+    which a stamped result's data file must match."""
     found = []
     for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
         folder = os.path.join(out, model)
         for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-            if name.endswith(".json"):
-                found.append(read_kept(os.path.join(folder, name)))
+            if name.startswith("step_") or name.endswith(".json"):
+                path = os.path.join(folder, name)
+                record = read_kept(path)
+                problem = task_problem(record, tasks) if tasks else None
+                if stamped and "digest" not in record:
+                    problem = "digest: missing (python scripts/table2/stamp.py stamps results kept before digests)"
+                problem = problem or (pin_problem(record, pins) if pins else None)
+                if problem:
+                    raise SystemExit(f"{path}: {problem}: restore it (git checkout), or delete it and the study "
+                                     "decodes it again")
+                found.append(record)
     return found
+
+
+def pin_problem(record: dict, pins: dict[str, str]) -> str | None:
+    """Whether a stamped result decoded the data its study pinned (data file and sha256)."""
+    if "data_sha256" not in record:
+        return None
+    if record.get("data_file") not in pins:
+        return f"data_file: {record.get('data_file')!r} is not among the study's pinned files"
+    if record["data_sha256"] != pins[record["data_file"]]:
+        return f"data_sha256: not the pinned {record['data_file']} (the result scored other data)"
+    return None
+
+
+def task_problem(record: dict, tasks: dict[str, int]) -> str | None:
+    """Whether a result scores the protocol's task set: its count, and the ids the data files give in order."""
+    want = tasks.get(record["protocol"])
+    if want is None:
+        return f"protocol: {record['protocol']!r} is none of {', '.join(sorted(tasks))}"
+    if len(record["task_ids"]) != want:
+        return f"task_ids: {len(record['task_ids'])} tasks, the protocol decodes {want}"
+    prefix = record["task_ids"][0].rsplit("/", 1)[0]
+    if record["task_ids"] != [f"{prefix}/{i}" for i in range(want)]:
+        return f"task_ids: not the protocol's tasks {prefix}/0..{want - 1} in order"
+    return None
 
 
 # -----------------------------------------------------------------------------

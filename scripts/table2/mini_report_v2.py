@@ -25,6 +25,7 @@ TAU = 0.85
 MARGIN = 5.0  # non-inferiority margin of pass@1, points
 DECISIVE = 0.10  # the primary interval's half-width, as a share of SFT's mean NFE
 PAIRS = 6  # the seed pairs the protocol reads its verdict at (fewer give an interim line, never a verdict)
+TASKS = {"test": 400, "reworded": 400, "val": 200}  # the tasks each protocol decodes (v2 and v3)
 METHODS = {"base": "Fast-dLLM v2 (stage B)", "sft": "Vanilla SFT", "relay": "Relay", "rollout": "Rollout",
            "relay_sg": "Relay (sg)"}
 # two-sided 95% quantiles of Student's t, by degrees of freedom (tests/test_mini_report_v2.py integrates the density)
@@ -292,7 +293,7 @@ def trajectory_lines(results: list[dict]) -> list[str]:
 
 def v2_test(v2_out: str) -> dict[str, dict]:
     """v2's kept test decodings at tau 0.85, by model (the runs T's changes are read against)."""
-    return by_model(mini_report.load(v2_out), "test", TAU) if os.path.isdir(v2_out) else {}
+    return by_model(kept(v2_out), "test", TAU) if os.path.isdir(v2_out) else {}
 
 
 def changes(results: list[dict], v2: dict[str, dict]) -> list[str]:
@@ -336,7 +337,7 @@ def plot_trajectories(results: list[dict], path: str) -> None:
 
 
 def trajectory_report(out: str, figures: str | None = None, v2_out: str = "results/mini_study_v2") -> str:
-    results = mini_report.load(out)
+    results = kept(out, pins=os.path.join(v2_out, "data.json"))  # T decodes v2's data, pinned by v2
     lines = ["# Table 2 in miniature v3, part T: report", "",
              "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder and v2's.",
              f"Decoded on: {devices(results)}.", "", "## Trajectories (200 validation tasks, tau 0.85)", "",
@@ -359,11 +360,25 @@ REPORTS = {"mini_study_v2": ("v2", "each run's step chosen on validation", METHO
            "mini_study_v3": ("v3", "each run's checkpoint 200", "Fast-dLLM v2 (B3)")}
 
 
+def kept(out: str, pins: str | None = None) -> list[dict]:
+    """The study's kept results, each checked against its name, its digests, the protocol's tasks and the study's
+    data pins (out/data.json, or pins); a smoke study's folder (toy sizes) is checked for names and digests only."""
+    if "smoke" in out:
+        return mini_report.load(out)
+    path = pins or os.path.join(out, "data.json")
+    sha = mini_report.read_json(path, ("sha256",))["sha256"] if os.path.exists(path) else None
+    results = mini_report.load(out, tasks=TASKS, stamped=True, pins=sha)
+    if results and sha is None:
+        raise SystemExit(f"{path} is missing: the study's data pins, which every kept result is checked against "
+                         "(restore it: git checkout)")
+    return results
+
+
 def report(out: str, figures: str | None = None) -> str:
     if os.path.basename(os.path.normpath(out)) == "mini_study_v3_t":
         return trajectory_report(out, figures)
     version, steps, base_label = REPORTS.get(os.path.basename(os.path.normpath(out)), REPORTS["mini_study_v2"])
-    results = [r for r in mini_report.load(out) if r["model"] != "b3"]  # b3: the base's trace, not a row
+    results = [r for r in kept(out) if r["model"] != "b3"]  # b3: the base's trace, not a row
     lines = [f"# Table 2 in miniature {version}: report", "",
              "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder alone.",
              f"Decoded on: {devices(results)}.", "", *([*base_trace(out), ""] if base_trace(out) else []),
@@ -389,7 +404,7 @@ def main(argv: list[str] | None = None) -> str:
     args = p.parse_args(argv)
     if not os.path.isdir(args.out):
         raise SystemExit(f"mini_report_v2.py: {args.out} is not a folder of kept results (scripts/table2/mini_study_v2.py --out)")
-    if not mini_report.load(args.out):  # every kept JSON read and checked before anything is written
+    if not kept(args.out):  # every kept JSON read and checked before anything is written
         raise SystemExit(f"mini_report_v2.py: {args.out} holds no kept results (run/step_*.json)")
     return report(args.out)
 

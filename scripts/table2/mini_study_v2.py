@@ -158,7 +158,8 @@ def finished(args: argparse.Namespace, objective: str, seed: int) -> bool:
     weights in --kept): what the repository keeps, so a study resumed on another machine does not train it again."""
     name = run_name(objective, seed)
     folder = os.path.join(args.out, name)
-    steps = {int(f.split("_")[1]) for f in os.listdir(folder) if f.startswith("step_")} if os.path.isdir(folder) else set()
+    steps = {mini_report.read_kept(os.path.join(folder, f))["step"] for f in os.listdir(folder)
+             if f.startswith("step_")} if os.path.isdir(folder) else set()
     kept = any(all(os.path.exists(mini_report.result_path(args.out, name, step, tau, where)) for where, tau in protocol(args))
                for step in steps)
     weights = seed != 1 or objective not in ("sft", "relay") or mini_study.is_complete(os.path.join(args.kept, name))
@@ -364,7 +365,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.pretrain = os.path.relpath(os.path.abspath(args.pretrain), runs.ROOT)
     if not args.report_only and not mini_study.is_complete(os.path.join(runs.ROOT, args.pretrain)):
         raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: run python scripts/table2/mini_study.py first")
-    mini_report.load(os.path.join(runs.ROOT, args.out))  # every kept result checked now, not after hours of work
+    mini_report_v2.kept(os.path.join(runs.ROOT, args.out))  # every kept result checked now, not after hours of work
     return args
 
 

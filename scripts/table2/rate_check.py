@@ -18,6 +18,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+import common  # noqa: E402
 import configurator  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
 from fastdllm.tasks import write_jsonl  # noqa: E402
@@ -26,6 +27,7 @@ from scripts.table2 import mini_check, mini_report  # noqa: E402
 from scripts.table2.mini_study_v2 import LRS, run_name  # noqa: E402
 
 STEP = 300
+PINS = os.path.join(ROOT, "results", "mini_study_v2", "data.json")  # the study's test.jsonl, whose first tasks these are
 # (objective, learning rate, decode with the relay carry)
 DECODINGS = [("sft", lr, False) for lr in LRS] + [("relay", lr, True) for lr in LRS] + [("relay", LRS[0], False)]
 
@@ -49,7 +51,9 @@ def decode(args: argparse.Namespace) -> dict[str, dict]:
                                           os.path.join(work, name), mini_check.STUDIES["v2"]["max_new_tokens"],
                                           args.sandbox, f"rate_check.py: {name}")
             meta = dict(model=name, step=STEP, tau=args.tau, protocol="test", relay_carry=carry, learning_rate=lr,
-                        device=mini_check.DEVICE)
+                        device=mini_check.DEVICE, study="v2", data_file="test.jsonl", data_sha256=mini_report.read_json(PINS, ("sha256",))["sha256"]["test.jsonl"],
+                        model_digest=common.file_sha256(os.path.join(checkpoint(args.runs, objective, lr), common.MANIFEST)),
+                        digest=None)
             records[name] = mini_report.compact(out, kept_path(args, name), meta)
     return records
 
@@ -102,8 +106,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise SystemExit(f"rate_check.py: {', '.join(missing)} missing: the pilot of scripts/table2/mini_study_v2.py "
                          f"makes them (--runs names its folder)")
     paths = {label(*d): kept_path(args, label(*d)) for d in DECODINGS}
-    args.kept = {name: mini_report.read_kept(path) for name, path in paths.items() if os.path.exists(path)}
+    args.kept = {name: read_kept(path, name, args) for name, path in paths.items() if os.path.exists(path)}
     return args
+
+
+def read_kept(path: str, name: str, args: argparse.Namespace) -> dict:
+    """A kept decoding, checked as every result is (mini_report.read_kept) and against its name here: the run, the
+    number of tasks and tau the file name gives, and its stamp (python scripts/table2/stamp.py)."""
+    record = mini_report.read_kept(path, named_by_fields=False)
+    problem = None
+    if record["model"] != name:
+        problem = f"model: {record['model']!r}, but the file is named for {name}"
+    elif len(record["task_ids"]) != args.n or record["task_ids"] != [f"mini2/test/{i}" for i in range(args.n)]:
+        problem = f"task_ids: {len(record['task_ids'])} tasks, not the first {args.n} test tasks its name says"
+    elif abs(record["tau"] - args.tau) > 1e-9 or record["protocol"] != "test":
+        problem = f"tau/protocol: {record['protocol']} at tau {record['tau']:g}, not test at {args.tau:g}"
+    elif "digest" not in record:
+        problem = "digest: missing (python scripts/table2/stamp.py stamps results kept before digests)"
+    if problem:
+        raise SystemExit(f"{path}: {problem}: restore it (git checkout), or delete it and rate_check.py decodes it again")
+    return record
 
 
 def main(argv: list[str] | None = None) -> str:
