@@ -143,16 +143,28 @@ def parse_args(argv: list[str] | None, check_corpus: bool = True) -> argparse.Na
     return args
 
 
+def built_args(path: str) -> dict:
+    """The arguments build.json says the folder was built with; a damaged build.json is one line."""
+    try:
+        with open(path) as f:
+            built = json.load(f)["args"]
+        if not isinstance(built, dict):
+            raise TypeError
+        return built
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        raise SystemExit(f"mini_data_v2: {path} is damaged (no JSON object with the build's args): delete the folder "
+                         "to rebuild it") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     done = os.path.join(args.out_dir, "build.json")
     if os.path.exists(done):
-        with open(done) as f:
-            built = json.load(f)["args"]
+        built = built_args(done)
         if built == vars(args):
             return print(f"{args.out_dir} is built with these arguments already (build.json); nothing to do")
-        key = next(k for k in sorted(vars(args)) if built.get(k) != vars(args)[k])
-        sys.exit(f"mini_data_v2: {args.out_dir} was built with --{key}={built.get(key)!r}, not {vars(args)[key]!r}: "
+        key = next((k for k in sorted(set(vars(args)) | set(built)) if built.get(k) != vars(args).get(k)))
+        sys.exit(f"mini_data_v2: {args.out_dir} was built with --{key}={built.get(key)!r}, not {vars(args).get(key)!r}: "
                  "use another --out_dir (or delete it to rebuild)")
     os.makedirs(args.out_dir, exist_ok=True)
     try:

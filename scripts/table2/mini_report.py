@@ -46,6 +46,33 @@ def read_jsonl(path: str) -> list[dict]:
     return rows
 
 
+METRIC_NUMBERS = ("loss", "lr", "grad_norm", "clipped", "tokens_per_s", "val_loss", "new_rows", "finished_rows",
+                  "distinct_rows", "mask_ratio", "relay_gamma_norm", "relay_h_norm")
+
+
+def read_metrics(path: str) -> list[dict]:
+    """A run's kept train_metrics.jsonl, checked: records with increasing whole steps, numbers where numbers are
+    logged, and throughput logged at least once; else one line naming the file, the line and the field."""
+    rows = read_jsonl(path)
+    if not rows:
+        raise SystemExit(f"{path} holds no records: restore it (git checkout), or copy it again from the run")
+    last = 0
+    for number, r in enumerate(rows, 1):
+        bad = None
+        if not isinstance(r, dict) or not isinstance(r.get("step"), int) or isinstance(r.get("step"), bool):
+            bad = "step: missing or not a whole number"
+        elif r["step"] <= last:
+            bad = f"step: {r['step']} does not follow {last}"
+        else:
+            bad = next((f"{k}: not a number" for k in METRIC_NUMBERS if k in r and not _is_number(r[k])), None)
+        if bad:
+            raise SystemExit(f"{path} line {number}: {bad}: restore it (git checkout), or copy it again from the run")
+        last = r["step"]
+    if not any("tokens_per_s" in r for r in rows):
+        raise SystemExit(f"{path}: tokens_per_s: logged in no record: restore it (git checkout)")
+    return rows
+
+
 def read_json(path: str, fields: tuple[str, ...]) -> dict:
     """A small kept JSON (b3.json, regime.json) with the fields a reader needs, or one line naming what is wrong."""
     try:

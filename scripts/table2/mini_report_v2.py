@@ -148,7 +148,7 @@ def training(out: str) -> list[str]:
         path = os.path.join(out, model, "train_metrics.jsonl")
         if model == "base" or not os.path.exists(path):
             continue
-        rows = mini_report.read_jsonl(path)
+        rows = mini_report.read_metrics(path)
         speeds = sorted(r["tokens_per_s"] for r in rows if "tokens_per_s" in r)
         steps = [r for r in rows if "clipped" in r]
         clipped = sum(r["clipped"] * n for r, n in zip(steps, step_counts(steps))) / max(1, rows[-1]["step"])
@@ -185,7 +185,7 @@ def rows_seen(out: str) -> list[str]:
              "|---|---|---|---|---|---|"]
     for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
         path = os.path.join(out, model, "train_metrics.jsonl")
-        rows = mini_report.read_jsonl(path) if os.path.exists(path) else []
+        rows = mini_report.read_metrics(path) if os.path.exists(path) else []
         if not rows or "distinct_rows" not in rows[-1]:
             continue
         weights = step_counts(rows)

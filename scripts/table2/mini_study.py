@@ -91,11 +91,24 @@ def keep(src: str, dst: str) -> None:
     from fastdllm.model import load_fastdllm, save_fastdllm
     step = manifest_step(src)
     if is_complete(dst) and manifest_step(dst) == step:
+        verify_kept(dst)
         return print(f"{dst} holds step {step} already, kept")
-    model, tokenizer = load_fastdllm(src, dtype=torch.bfloat16)
+    try:
+        model, tokenizer = load_fastdllm(src, dtype=torch.bfloat16)
+    except (ValueError, OSError) as e:  # common.CheckpointError and the loader's other refusals: one line
+        raise SystemExit(f"cannot keep {src}: {str(e).strip().splitlines()[0]}") from None
     save_fastdllm(model, tokenizer, dst + ".tmp", info={"step": step})
     common.swap_in(dst + ".tmp", dst)
     print(f"kept {src} as {dst} (bf16)")
+
+
+def verify_kept(folder: str) -> None:
+    """Every file of a kept checkpoint against its manifest (no file missing, none added, none changed)."""
+    way_out = "restore it (git checkout), or delete it and the study keeps it again"
+    try:
+        common.verify_manifest(folder, common.read_manifest(folder, fields=("files", "step"), way_out=way_out), way_out)
+    except common.CheckpointError as e:
+        raise SystemExit(str(e)) from None
 
 
 def stage_a(args: argparse.Namespace) -> None:

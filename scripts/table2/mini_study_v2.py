@@ -287,6 +287,7 @@ def check_data(data_dir: str, out: str) -> None:
 def stage_b(args: argparse.Namespace) -> None:
     kept = os.path.join(args.kept, "adapt")
     if mini_study.is_complete(kept):
+        mini_study.verify_kept(kept)  # a damaged copy stops here in one line, not in every fine-tune it starts
         return print(f"stage B: {kept} is kept, skipped")
     if args.prebuilt:
         raise SystemExit(f"--prebuilt: stage B is not kept in {kept}, and its data is not carried")

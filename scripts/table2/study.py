@@ -325,7 +325,9 @@ def variant_job(st: Study, name: str, objective: str, seed: int, lr: float, extr
 
 def relay_rows(st: Study) -> int:
     """The distinct rows T's Relay seed 1 took by its last step, from its kept log."""
-    rows = mini_report.read_jsonl(os.path.join(st.out, "relay_s1", "train_metrics.jsonl"))
+    rows = mini_report.read_metrics(os.path.join(st.out, "relay_s1", "train_metrics.jsonl"))
+    if "distinct_rows" not in rows[-1]:
+        raise SystemExit(f"{st.out}/relay_s1/train_metrics.jsonl: distinct_rows: not logged (train_fastdllm.py logs it)")
     return rows[-1]["distinct_rows"]
 
 
