@@ -318,9 +318,8 @@ def decode_samples(model: torch.nn.Module, questions: torch.Tensor, tau: float, 
     noise from a generator seeded with --seed + j (boards recorded for the first sample only)."""
     out = []
     for j in range(args.samples_per_puzzle):
-        gen = None
-        if args.state_noise > 0:
-            gen = torch.Generator(device=device_of(model, questions.device)).manual_seed(args.seed + j)
+        gen = (torch.Generator(device=device_of(model, questions.device)).manual_seed(args.seed + j)
+               if args.state_noise > 0 else None)  # the noise's own stream; no noise draws nothing
         out.append(decode_puzzles(model, questions, tau=tau, max_steps=args.max_steps, batch_size=args.batch_size,
                                   relay_carry=args.relay_carry, record_boards=record and j == 0, progress=True,
                                   dtype=args.dtype, temperature=args.temperature, state_noise=args.state_noise,
