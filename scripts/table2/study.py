@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import configurator  # noqa: E402
 import common  # noqa: E402
 from scripts import runs  # noqa: E402
-from scripts.table2 import mini_report, mini_study, mini_study_v2  # noqa: E402
+from scripts.table2 import mini_report, mini_report_v2, mini_study, mini_study_v2  # noqa: E402
 
 PY = sys.executable
 CARRY = mini_study.CARRY
@@ -434,6 +434,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--study", default="v3", help="v3 (part P), v3t (part T), or both: v3,v3t")
     p.add_argument("--lanes", type=int, default=2, help="jobs at once, one core each")
     p.add_argument("--smoke", action="store_true", help="toy sizes in runs/mini3-smoke (needs the v2 smoke's stage B)")
+    p.add_argument("--report_only", action="store_true", help="the reports from the kept results alone")
     args = p.parse_args(argv)
     args.studies = [s.strip() for s in args.study.split(",") if s.strip()]
     runs.need(args.studies and all(s in ("v3", "v3t") for s in args.studies) and len(set(args.studies)) == len(args.studies),
@@ -446,6 +447,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.chdir(runs.ROOT)
     parts = [study(name, args.smoke) for name in args.studies]
+    if args.report_only:
+        return reports(parts)
     locks = []
     try:
         for st in parts:
@@ -457,6 +460,16 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         for path in locks:
             common.release_lock(path)
+    reports(parts)
+
+
+def reports(parts: list[Study]) -> None:
+    """Each part's report from its kept results (scripts/table2/mini_report_v2.py), figures beside it."""
+    for st in parts:
+        if not os.path.isdir(st.out) or not mini_report_v2.kept(st.out, pins=st.pins):
+            print(f"{st.out} holds no kept results yet: no report")
+            continue
+        mini_report_v2.report(st.out)
 
 
 if __name__ == "__main__":
