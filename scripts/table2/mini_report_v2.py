@@ -244,8 +244,13 @@ def plot_frontier(results: list[dict], path: str) -> None:
         nfe, plus = zip(*mean_curve(curves))
         ax.plot(nfe, plus, "o-", color=colors[method], ms=4, lw=2,
                 label=label + (f" (mean of {len(curves)} seeds)" if len(curves) > 1 else ""))
-    ax.set(xlabel="mean NFE per task", ylabel="pass@1 plus (%)",
-           title="held-out compositions: pass@1 against forward passes over tau")
+    save_axes(fig, ax, path, "mean NFE per task", "held-out compositions: pass@1 against forward passes over tau")
+
+
+def save_axes(fig, ax, path: str, xlabel: str, title: str, ylabel: str = "pass@1 plus (%)") -> None:
+    """Labels, grid and legend, then the figure written to path (both of the report's figures)."""
+    import matplotlib.pyplot as plt
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -327,13 +332,8 @@ def plot_trajectories(results: list[dict], path: str) -> None:
             ax.plot([n for _, _, n in points], [p for _, p, _ in points], "o-", color=colors[model], ms=4, label=label)
             for step, p, n in points:
                 ax.annotate(str(step), (n, p), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set(xlabel="mean NFE per validation task (tau 0.85)", ylabel="validation pass@1 plus (%)",
-           title="v2's base: NFE against pass@1 along training (labels: step)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_axes(fig, ax, path, "mean NFE per validation task (tau 0.85)",
+              "v2's base: NFE against pass@1 along training (labels: step)", "validation pass@1 plus (%)")
 
 
 def trajectory_report(out: str, figures: str | None = None, v2_out: str = "results/mini_study_v2") -> str:
