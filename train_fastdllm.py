@@ -53,7 +53,7 @@ RUN_FILES = ("ckpt-*", "resume", "resume.tmp", "resume.old", "metrics.jsonl")  #
 RESUME_RULES = common.ResumeRules(
     may_change=("max_iters", "save_interval"),
     not_compared=("out_dir", "resume", "overwrite", "allow_config_change", "allow_unverified_resume",
-                  "allow_unverified", "log_interval", "val_data", "val_interval", "device", "gradient_checkpointing",
+                  "allow_unverified", "pin", "log_interval", "val_data", "val_interval", "device", "gradient_checkpointing",
                   "effective_batch"),
     # the model's shape, the saved shards' layout and the rollout buffer's (batch, length) only fit these
     fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "data_rows", "dtype", "deepspeed",
@@ -75,6 +75,7 @@ class TrainConfig:
     allow_unverified_resume: bool = False  # resume from a resume/ without manifest.json (written before manifests
     # existed; every save since writes one): its files cannot be verified
     allow_unverified: bool = False  # init_from a checkpoint dir without manifest.json (else refused), unchecked
+    pin: str = ""  # a hub snapshot's pin file (python -m fastdllm.model --pin=...): init_from checked against it
     save_interval: int = 200  # optimizer steps between checkpoints (the paper's checkpoint-200 is ckpt-200/); 0 = end only;
     # -1 = none (speed and memory checks: a 1.5B checkpoint with its optimizer state is ~20 GB). This loop does not
     # validate, hence not train_sudoku.py's eval_interval (which validates, then saves)
@@ -602,7 +603,7 @@ def setup(cfg: TrainConfig) -> FastdllmRun:
         else:
             parent_dir = resolve_checkpoint(cfg.init_from)
             model, tokenizer = load_fastdllm(parent_dir, use_relay=use_relay, dtype=torch.float32,
-                                             allow_unverified=cfg.allow_unverified)
+                                             allow_unverified=cfg.allow_unverified, pin=cfg.pin or None)
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
     run_config = config_to_dict(cfg) | {"parent": {"init_from": cfg.init_from, "files": model.files_check}}

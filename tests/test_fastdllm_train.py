@@ -602,3 +602,14 @@ def test_data_rows_limits_the_rows_trained_on(tmp_path):
     assert [r["distinct_rows"] for r in _records(tmp_path / "run" / "metrics.jsonl")] == [3, 3]
     with pytest.raises(SystemExit, match="data_rows=7 but .* holds 6 rows"):
         _run(tmp_path / "run2", "--max_iters=1", "--data_rows=7", *args)
+
+
+def test_init_from_passes_its_pin_to_the_loader(tmp_path, capsys):
+    """--pin reaches the checkpoint check: a pin given for a local checkpoint directory (which its manifest checks) is
+    refused in one line. Bug checked: the pin not passed on (the run trained, the pin unread)."""
+    from fastdllm.model import save_fastdllm
+    os.chdir(ROOT)
+    save_fastdllm(make_tiny_fastdllm(use_relay=False, bd_size=BD), make_tiny_tokenizer(), str(tmp_path / "parent"))
+    with pytest.raises(SystemExit, match="a pin .* is for snapshots in the hub cache"):
+        _run(tmp_path / "run", f"--init_from={tmp_path / 'parent'}", f"--pin={tmp_path / 'x.pin.json'}",
+             "--objective=sft", "--max_iters=1", "--save_interval=0", "--device=cpu")
