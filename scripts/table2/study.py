@@ -201,6 +201,7 @@ def b3_job(st: Study, say) -> None:
         s = max(p) + st.b3_every
         run = train(st, "config/fastdllm_mini3_b3.py", "b3", [f"--data={st.data_dir}/adapt.jsonl",
                     f"--val_data={st.data_dir}/val_rows.jsonl", f"--init_from={base}"], say, max_iters=s)
+        forget_other_model(st, os.path.join(run, f"ckpt-{s}"), "b3", s, say)
         p[s] = plus(decode(st, os.path.join(run, f"ckpt-{s}"), "b3", s, False, [VAL])[0])
         say(f"step {s}: validation pass@1 plus {p[s]:.1f}%")
     run = os.path.join(st.runs, "b3")
@@ -212,6 +213,17 @@ def b3_job(st: Study, say) -> None:
     mini_study.keep_log(run, "base", argparse.Namespace(out=st.out))
     say(f"B3 stops at step {stop} ({p[stop]:.1f}% validation plus); decoding the kept B3")
     decode(st, kept_b3(st), "base", stop, False, [("test", 0.85), VAL])
+
+
+def forget_other_model(st: Study, ckpt: str, name: str, step: int, say) -> None:
+    """A kept decoding of another model under this run's name (B3 trained again on another machine, whose run folder
+    was not carried) is set aside, so that the trace follows the run that goes on."""
+    path = mini_report.result_path(st.out, name, step, VAL[1], VAL[0])
+    if os.path.exists(path) and mini_report.read_kept(path).get("model_digest") != model_digest(ckpt):
+        aside = os.path.join(os.path.dirname(path), "other_runs")
+        os.makedirs(aside, exist_ok=True)
+        os.replace(path, os.path.join(aside, os.path.basename(path)))
+        say(f"{path} decoded another run's checkpoint {step} (moved to {aside}/): decoding again")
 
 
 def b3_done(st: Study) -> bool:
