@@ -80,10 +80,10 @@ def test_a_second_study_on_the_same_folders_stops_in_one_line(tmp_path, driver):
         holder.kill()
 
 
-def test_a_trace_point_of_another_run_is_decoded_again(tmp_path):
-    """B3 trained again elsewhere (its run folder not carried): a kept validation decoding whose model digest is not
-    this run's checkpoint is moved aside, so the trace follows the run that goes on; one of this checkpoint stays.
-    Bug checked: the kept point read whatever model it decoded (the trace would mix two runs)."""
+def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
+    """A run trained again elsewhere (its run folder not carried, e.g. B3): a kept decoding whose model digest is not
+    this run's checkpoint is moved aside, so every result follows the run that goes on; one of this checkpoint stays.
+    Bug checked: a kept result read whatever model it decoded (B3's trace would mix two runs)."""
     st = study.Study("v3", "data", "pins", (), str(tmp_path / "runs"), str(tmp_path / "out"))
     ckpt = tmp_path / "ckpt-100"
     ckpt.mkdir()
@@ -93,9 +93,9 @@ def test_a_trace_point_of_another_run_is_decoded_again(tmp_path):
     record = study.mini_report.stamp(dict(model="b3", step=100, tau=0.85, protocol="val", task_ids=["mini2/val/0"],
                                           base=[1], plus=[1], nfe=[30], model_digest=study.model_digest(str(ckpt))))
     open(path, "w").write(json.dumps(record))
-    study.forget_other_model(st, str(ckpt), "b3", 100, print)
+    study.forget_other_model(path, str(ckpt))
     assert os.path.exists(path)  # this run's own decoding stays
     (ckpt / "manifest.json").write_text('{"files": {"x": "y"}}')  # another checkpoint 100
-    study.forget_other_model(st, str(ckpt), "b3", 100, print)
+    study.forget_other_model(path, str(ckpt))
     assert not os.path.exists(path) and os.listdir(os.path.join(st.out, "b3", "other_runs")) == [os.path.basename(path)]
     assert study.mini_report.load(st.out) == []  # the moved file is no result of the study

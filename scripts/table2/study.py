@@ -154,6 +154,7 @@ def decode(st: Study, model_dir: str, name: str, step: int, carry: bool, jobs: l
     kept = []
     for protocol, tau in jobs:
         path = mini_report.result_path(st.out, name, step, tau, protocol)
+        forget_other_model(path, model_dir)
         if not os.path.exists(path):
             out = os.path.join(st.runs, "eval", name, f"step_{step}", f"{protocol}_tau_{tau:g}")
             data = os.path.join(st.data_dir, FILES[protocol])
@@ -168,6 +169,16 @@ def decode(st: Study, model_dir: str, name: str, step: int, carry: bool, jobs: l
                 digest=None))
         kept.append(mini_report.read_kept(path))
     return kept
+
+
+def forget_other_model(path: str, model_dir: str) -> None:
+    """A kept decoding of another model under this name (a run trained again on another machine, whose run folder
+    was not carried) is moved aside, so that every result follows the run that goes on."""
+    if os.path.exists(path) and mini_report.read_kept(path).get("model_digest") != model_digest(model_dir):
+        aside = os.path.join(os.path.dirname(path), "other_runs")
+        os.makedirs(aside, exist_ok=True)
+        os.replace(path, os.path.join(aside, os.path.basename(path)))
+        print(f"{path} decoded another run's checkpoint (moved to {aside}/): decoding it again", flush=True)
 
 
 def plus(record: dict) -> float:
@@ -201,7 +212,6 @@ def b3_job(st: Study, say) -> None:
         s = max(p) + st.b3_every
         run = train(st, "config/fastdllm_mini3_b3.py", "b3", [f"--data={st.data_dir}/adapt.jsonl",
                     f"--val_data={st.data_dir}/val_rows.jsonl", f"--init_from={base}"], say, max_iters=s)
-        forget_other_model(st, os.path.join(run, f"ckpt-{s}"), "b3", s, say)
         p[s] = plus(decode(st, os.path.join(run, f"ckpt-{s}"), "b3", s, False, [VAL])[0])
         say(f"step {s}: validation pass@1 plus {p[s]:.1f}%")
     run = os.path.join(st.runs, "b3")
@@ -213,17 +223,6 @@ def b3_job(st: Study, say) -> None:
     mini_study.keep_log(run, "base", argparse.Namespace(out=st.out))
     say(f"B3 stops at step {stop} ({p[stop]:.1f}% validation plus); decoding the kept B3")
     decode(st, kept_b3(st), "base", stop, False, [("test", 0.85), VAL])
-
-
-def forget_other_model(st: Study, ckpt: str, name: str, step: int, say) -> None:
-    """A kept decoding of another model under this run's name (B3 trained again on another machine, whose run folder
-    was not carried) is set aside, so that the trace follows the run that goes on."""
-    path = mini_report.result_path(st.out, name, step, VAL[1], VAL[0])
-    if os.path.exists(path) and mini_report.read_kept(path).get("model_digest") != model_digest(ckpt):
-        aside = os.path.join(os.path.dirname(path), "other_runs")
-        os.makedirs(aside, exist_ok=True)
-        os.replace(path, os.path.join(aside, os.path.basename(path)))
-        say(f"{path} decoded another run's checkpoint {step} (moved to {aside}/): decoding again")
 
 
 def b3_done(st: Study) -> bool:
