@@ -12,8 +12,7 @@ val_data = "data/mini3/val_rows.jsonl"  # the SFT loss on 64 fixed validation ro
 val_interval = 50
 out_dir = "runs/mini3/p/b3"
 max_length = 416  # every row fits (fastdllm/mini_data_v2.py --max_tokens)
-learning_rate = 3e-4  # constant after the warm-up: min_lr = learning_rate, so the cosine is flat
-min_lr = 3e-4
+min_lr = 3e-4  # = learning_rate (base_fastdllm_mini.py's 3e-4): constant after the warm-up, the cosine is flat
 warmup_iters = 15
 lr_decay_iters = 2000
 max_iters = 100
