@@ -467,11 +467,21 @@ def main(argv: list[str] | None = None) -> None:
         for st in parts:
             prepare(st, args.smoke)
         os.environ["OMP_NUM_THREADS"] = "1"
-        run_lanes([j for st in parts for j in (p_jobs(st) if st.name == "v3" else t_jobs(st))], args.lanes)
+        run_lanes(queue(parts), args.lanes)
     finally:
         for path in locks:
             common.release_lock(path)
     reports(parts)
+
+
+def queue(parts: list[Study]) -> list[Job]:
+    """P's jobs, then T's; with both parts, T's long run waits until every P job is done (the protocol's order)."""
+    p = [j for st in parts if st.name == "v3" for j in p_jobs(st)]
+    t = [j for st in parts if st.name == "v3t" for j in t_jobs(st)]
+    if p and t:
+        long = t[-1]
+        t[-1] = Job(long.name, long.work, lambda: all(j.done() for j in p) and long.ready(), long.done)
+    return p + t
 
 
 def reports(parts: list[Study]) -> None:
