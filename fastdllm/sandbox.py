@@ -559,13 +559,17 @@ def _has_exited(pid: int) -> bool:
 
 
 REAPER_GRACE_S = 2.0  # how long the unsafe mode's runner may take to kill what the program left
+NAMESPACE_GRACE_S = 10.0  # how long an isolating mode's PID namespace may take to die once its processes are killed
 
 
 def _kill_all(pid: int, runner_sweeps: bool) -> None:
-    """Stop the job started as `pid` and everything it started. The unsafe mode's runner is the program's child
-    subreaper: SIGTERM makes it kill every process left below it (children that left the group with setsid(),
-    whatever their environment) and exit. Then, in every mode, the process group is SIGKILLed (the isolating modes'
-    PID namespace ends with its first process)."""
+    """Stop the job started as `pid` and everything it started, and return only once it is gone. The unsafe mode's
+    runner is the program's child subreaper: SIGTERM makes it kill every process left below it (children that left
+    the group with setsid(), whatever their environment) and exit. In the isolating modes every process below the
+    launcher is killed and waited for; among them is the first process of the job's PID namespace, whose exit the
+    kernel completes only once every other process of that namespace is gone (killing the launcher alone would
+    leave the namespace to die after the verdict, on a loaded machine a second or more later). Then, in every mode,
+    the process group is SIGKILLed."""
     if runner_sweeps:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -574,10 +578,56 @@ def _kill_all(pid: int, runner_sweeps: bool) -> None:
         deadline = time.monotonic() + REAPER_GRACE_S
         while not _has_exited(pid) and time.monotonic() < deadline:
             time.sleep(0.002)
+    below = [] if runner_sweeps else _pidfds(_descendants(pid))
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    _kill_and_wait(below)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The live processes below `pid`, found through the parent pid of every process in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _pidfds(pids: list[int]) -> list[int]:
+    """A pidfd for each process still there: it names that process even after its pid is reused."""
+    fds = []
+    for p in pids:
+        try:
+            fds.append(os.pidfd_open(p))
+        except OSError:
+            pass  # it has exited and been reaped already
+    return fds
+
+
+def _kill_and_wait(pidfds: list[int]) -> None:
+    """SIGKILL each process (from the harness's PID namespace, so a namespace's first process cannot ignore it) and
+    wait until each has exited; a process that outlives NAMESPACE_GRACE_S is named on stderr."""
+    for fd in pidfds:
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass  # exited already
+    deadline = time.monotonic() + NAMESPACE_GRACE_S
+    for fd in pidfds:
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            print(f"sandbox: a job's process is still alive {NAMESPACE_GRACE_S:.0f} s after SIGKILL", file=sys.stderr)
+        os.close(fd)
 
 
 def _collect(proc: subprocess.Popen, timeout: float, runner_sweeps: bool) -> tuple[bytes | None, bytes, bool]:
