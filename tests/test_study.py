@@ -109,3 +109,33 @@ def test_t_s_long_run_waits_for_every_p_job():
     assert jobs[-1].name == "v3t relay_steps900_s1" and [j.name for j in jobs][0] == "v3 b3"
     assert not all(j.done() for j in jobs[:-1] if j.name.startswith("v3 "))  # the smoke's P never ends (regime)
     assert not jobs[-1].ready()
+
+
+def test_regime_check_a_is_read_before_the_first_pair_trains(tmp_path, monkeypatch):
+    """B3 below 20% validation plus: the first pair is refused in one line as soon as the kept B3 is decoded, before
+    SFT s1 exists; B3 at 20% or more: the first pair may start, the later seeds wait for SFT s1, which then decides (b).
+    Bugs checked: (a) read only once SFT s1 was decoded (the first pair trained hours from a base that fails (a));
+    the first pair started before the kept B3's decoding was kept; (b) not read (a 12-point jump passed)."""
+    st = study.Study("v3", "data", "pins", (), str(tmp_path / "runs"), str(tmp_path / "out"))
+    monkeypatch.setattr(study, "b3_done", lambda st: True)
+    os.makedirs(st.out)
+    (tmp_path / "out" / "b3.json").write_text(json.dumps({"stop": 500}))
+
+    def keep(name, step, solved):
+        path = study.mini_report.result_path(st.out, name, step, 0.85, "val")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        ids = [f"mini2/val/{i}" for i in range(100)]
+        record = dict(model=name, step=step, tau=0.85, protocol="val", task_ids=ids, base=[1] * 100,
+                      plus=[1] * solved + [0] * (100 - solved), nfe=[30] * 100)
+        open(path, "w").write(json.dumps(study.mini_report.stamp(record)))
+    assert study.regime_passed(st, first_pair=True) is False  # B3 kept, its decoding not yet: wait
+    keep("base", 500, 19)
+    with pytest.raises(SystemExit, match=r"regime check failed \(B3 19.0%, SFT s1 not run"):
+        study.regime_passed(st, first_pair=True)
+    keep("base", 500, 21)
+    assert study.regime_passed(st, first_pair=True) and not study.regime_passed(st)  # later seeds wait for SFT s1
+    keep("sft_s1", 200, 26)
+    assert study.regime_passed(st) and study.regime(st)["passed"]
+    keep("sft_s1", 200, 33)
+    with pytest.raises(SystemExit, match=r"B3 21.0%, SFT s1 33.0%"):
+        study.regime_passed(st)

@@ -46,6 +46,7 @@ class Study:
     val_tasks: int = 200
     b3_every: int = 100  # B3: steps between validation decodings
     b3_cap: int = 2000
+    capable: float = 20.0  # regime check (a): B3's validation pass@1 plus, in points (smoke: 0, so the fine-tunes run)
     finetune_args: list[str] = field(default_factory=list)
     device: str = "cpu"
     lanes: int = 2
@@ -72,6 +73,7 @@ def study(name: str, smoke: bool) -> Study:
         s.data_dir, s.runs, s.out = f"data/mini3-smoke-{name}", f"runs/mini3-smoke/{name}", f"runs/mini3-smoke/{name}/results"
         s.pins = os.path.join(s.out, "data.json")
         s.taus, s.val_tasks, s.b3_every, s.b3_cap, s.finetune_args = (0.85,), 4, 2, 8, SMOKE_FINETUNE
+        s.capable = 0.0
     return s
 
 
@@ -204,14 +206,15 @@ def plateau(p: dict[int, float], every: int, cap: int) -> int | None:
 
 def b3_job(st: Study, say) -> None:
     """Train B3 every steps at a time, decode each checkpoint on validation, stop by the plateau rule; keep the
-    checkpoint it stops at (bf16), its trace in --out/b3.json, and the base row's decodings."""
+    checkpoint it stops at (bf16), its trace in --out/b3.json, and the base row's decodings. It saves every 25 steps
+    (a killed B3 resumes with little lost; the saves do not change its training)."""
     base = "reference/mini2/adapt" if "smoke" not in st.runs else mini_study_v2.parse_args(["--smoke"]).kept + "/adapt"
     p = {0: plus(decode(st, base, "b3", 0, False, [VAL])[0])}
     s = None
     while (stop := plateau(p, st.b3_every, st.b3_cap)) is None:
         s = max(p) + st.b3_every
         run = train(st, "config/fastdllm_mini3_b3.py", "b3", [f"--data={st.data_dir}/adapt.jsonl",
-                    f"--val_data={st.data_dir}/val_rows.jsonl", f"--init_from={base}"], say, max_iters=s)
+                    f"--val_data={st.data_dir}/val_rows.jsonl", f"--init_from={base}", "--save_interval=25"], say, max_iters=s)
         p[s] = plus(decode(st, os.path.join(run, f"ckpt-{s}"), "b3", s, False, [VAL])[0])
         say(f"step {s}: validation pass@1 plus {p[s]:.1f}%")
     run = os.path.join(st.runs, "b3")
@@ -222,7 +225,9 @@ def b3_job(st: Study, say) -> None:
     mini_study.keep(os.path.join(run, f"ckpt-{stop}"), kept_b3(st))
     mini_study.keep_log(run, "base", argparse.Namespace(out=st.out))
     say(f"B3 stops at step {stop} ({p[stop]:.1f}% validation plus); decoding the kept B3")
-    decode(st, kept_b3(st), "base", stop, False, [("test", 0.85), VAL])
+    decode(st, kept_b3(st), "base", stop, False, [VAL, ("test", 0.85)])
+    if (check := regime(st))["passed"] is False:  # (a) failed: no fine-tune starts from this B3
+        runs.write_marker(os.path.join(st.out, "regime.json"), check)
 
 
 def b3_done(st: Study) -> bool:
@@ -236,25 +241,34 @@ def base_decoded(st: Study) -> str:
 
 
 def regime(st: Study) -> dict | None:
-    """The regime check, once B3's and SFT seed 1's validation decodings are kept: B3 >= 20% validation pass@1
-    plus, and SFT seed 1 within 5 points of it."""
+    """The regime check, None until the kept B3's validation decoding is kept: (a) B3 >= 20% validation pass@1 plus,
+    read at once (a base that fails it is replaced before any fine-tune starts from it); (b) SFT seed 1 within 5
+    points of B3, once decoded ("passed" is None until then)."""
     with open(os.path.join(st.out, "b3.json")) as f:
         stop = json.load(f)["stop"]
-    paths = [mini_report.result_path(st.out, "base", stop, 0.85, "val"),
-             mini_report.result_path(st.out, "sft_s1", 200 if "smoke" not in st.runs else 4, 0.85, "val")]
-    if not all(os.path.exists(p) for p in paths):
+    base = mini_report.result_path(st.out, "base", stop, 0.85, "val")
+    sft = mini_report.result_path(st.out, "sft_s1", 200 if "smoke" not in st.runs else 4, 0.85, "val")
+    if not os.path.exists(base):
         return None
-    b3, sft = (plus(mini_report.read_kept(p)) for p in paths)
-    return {"b3_val_plus": b3, "sft_s1_val_plus": sft, "passed": b3 >= 20 and abs(sft - b3) <= 5}
+    check = {"b3_val_plus": plus(mini_report.read_kept(base)), "sft_s1_val_plus": None, "passed": None}
+    if check["b3_val_plus"] < st.capable:
+        check["passed"] = False
+    elif os.path.exists(sft):
+        check["sft_s1_val_plus"] = plus(mini_report.read_kept(sft))
+        check["passed"] = abs(check["sft_s1_val_plus"] - check["b3_val_plus"]) <= 5
+    return check
 
 
-def regime_passed(st: Study) -> bool:
+def regime_passed(st: Study, first_pair: bool = False) -> bool:
+    """Whether the regime check has passed (first_pair: whether (a) has); a failed check stops every P fine-tune
+    that waits for it, in one line."""
     check = regime(st) if b3_done(st) else None
-    if check is not None and not check["passed"]:
-        raise SystemExit(f"the regime check failed (B3 {check['b3_val_plus']:.1f}%, SFT s1 {check['sft_s1_val_plus']:.1f}% "
-                         "validation plus; the rule: B3 >= 20, SFT within 5 points): the base changes, never the methods "
+    if check is not None and check["passed"] is False:
+        sft = "not run" if check["sft_s1_val_plus"] is None else f"{check['sft_s1_val_plus']:.1f}%"
+        raise SystemExit(f"the regime check failed (B3 {check['b3_val_plus']:.1f}%, SFT s1 {sft} validation plus; the "
+                         f"rule: B3 >= {st.capable:g}, SFT within 5 points): the base changes, never the methods "
                          "(docs/table2_v3_protocol.md)")
-    return bool(check and check["passed"])
+    return check is not None if first_pair else bool(check and check["passed"])
 
 
 def finetune_job(st: Study, objective: str, seed: int, say) -> None:
@@ -280,7 +294,7 @@ def p_jobs(st: Study) -> list["Job"]:
         later = [("sft", 2), ("relay", 2)]
     jobs = [Job("v3 b3", lambda say: b3_job(st, say), done=lambda: b3_done(st) and os.path.exists(base_decoded(st)))]
     for (o, s) in first + later:
-        ready = (lambda: b3_done(st)) if (o, s) in first else (lambda: regime_passed(st))
+        ready = (lambda: regime_passed(st, first_pair=True)) if (o, s) in first else (lambda: regime_passed(st))
         jobs.append(Job(f"v3 {o}_s{s}", lambda say, o=o, s=s: finetune_job(st, o, s, say), ready,
                         done=lambda o=o, s=s: p_finished(st, o, s)))
     return jobs
