@@ -6,7 +6,7 @@ dtype = "float32"
 deepspeed = ""
 gradient_checkpointing = False
 data = "data/mini/tasks_train.jsonl"  # python -m fastdllm.mini_data
-init_from = "reference/mini/adapt"  # stage B, the "Fast-dLLM v2" row of the table (scripts/table2/mini_study.py makes it)
+init_from = "reference/mini/adapt"  # stage B, the "Fast-dLLM v2" row of the table (v1's study made it: scripts/table2/mini_study.py at commit d94d7a2)
 max_length = 256  # every row fits (fastdllm/mini_data.py --max_tokens)
 # 32 sequences per optimizer step, as the paper's text; 8 x 4 on one process (the study's lanes), 8 x 2 x 2 under torchrun
 device_batch_size = 8

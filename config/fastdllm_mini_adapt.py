@@ -5,7 +5,7 @@
 import os
 exec(open(os.path.join(os.path.dirname(__file__), "base_fastdllm_mini.py")).read())
 objective = "sft"
-init_from = "reference/mini/pretrain"  # stage A, kept by scripts/table2/mini_study.py
+init_from = "reference/mini/pretrain"  # stage A, kept in the repository (scripts/table2/pretrain_ar.py made it)
 data = "data/mini/adapt.jsonl"
 out_dir = "runs/mini/adapt"
 gradient_accumulation_steps = 2  # per process, for the two torchrun processes

@@ -1,5 +1,5 @@
 # Table 2 in miniature, Relay row: backpropagation through the relay across K=2 forwards (truncated BPTT, paper Alg. 1).
-# Shared settings: config/base_fastdllm_mini.py. Three seeds: --seed=1,2,3 (scripts/table2/mini_study.py runs them).
+# Shared settings: config/base_fastdllm_mini.py. Three seeds: --seed=1,2,3 (v1's study ran them; its driver: commit d94d7a2).
 #   python train_fastdllm.py config/fastdllm_mini_relay.py --seed=1 --out_dir=runs/mini/relay_s1
 import os
 exec(open(os.path.join(os.path.dirname(__file__), "base_fastdllm_mini.py")).read())

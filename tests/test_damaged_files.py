@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from fastdllm import mini_data_v2
-from scripts.table2 import mini_check, mini_report, mini_report_v2, mini_study, mini_study_v2, rate_check
+from scripts.table2 import mini_check, mini_report_v2, mini_study_v2, rate_check, store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V2 = os.path.join(ROOT, "results", "mini_study_v2")
@@ -60,7 +60,7 @@ def check_reader(tmp):
 
 
 def keep_step(tmp):  # the study keeps a run's checkpoint where a copy of the same step is kept already
-    return mini_study.keep(ADAPT, os.path.join(tmp, "kept"))
+    return store.keep(ADAPT, os.path.join(tmp, "kept"))
 
 
 def stage_b(tmp):

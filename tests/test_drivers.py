@@ -1,5 +1,5 @@
 """The experiment drivers (scripts/sudoku/reproduce_cpu.py, compare_adaptation.py, budget_study.py) and Table 2 in
-miniature's scripts (python -m fastdllm.mini_data, scripts/table2/pretrain_ar.py, mini_study.py, mini_report.py,
+miniature's scripts (python -m fastdllm.mini_data, scripts/table2/pretrain_ar.py, mini_study_v2.py, mini_report_v2.py,
 mini_check.py, rate_check.py): a bad flag, or an input a flag names that cannot be used, stops the script in one line
 naming it, before any data is built, run trained or model decoded, and with nothing written (each starts with work that takes
 minutes, and used to meet the bad input only then, or never: a silently wrong run)."""
@@ -14,11 +14,11 @@ import pytest
 from fastdllm import mini_data, mini_data_v2
 from scripts import runs
 from scripts.sudoku import budget_study, compare_adaptation, reproduce_cpu
-from scripts.table2 import mini_check, mini_report, mini_report_v2, mini_study, mini_study_v2, pretrain_ar, rate_check
+from scripts.table2 import mini_check, mini_report_v2, mini_study_v2, pretrain_ar, rate_check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study,
-           "mini_study": mini_study, "mini_data": mini_data, "pretrain_ar": pretrain_ar, "mini_report": mini_report,
+           "mini_data": mini_data, "pretrain_ar": pretrain_ar,
            "mini_check": mini_check, "mini_study_v2": mini_study_v2, "mini_report_v2": mini_report_v2,
            "mini_data_v2": mini_data_v2, "rate_check": rate_check}
 # where each script's first slow work starts (patched to fail the test), besides runs.sh / ensure_data / train / evaluate
@@ -28,7 +28,6 @@ WORK = {"mini_data": ("build",), "pretrain_ar": ("train",), "mini_check": ("deco
 DEFAULTS = {"reproduce_cpu": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "compare_adaptation": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "budget_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
-            "mini_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "mini_data": ["--out_dir=TMP/out"], "pretrain_ar": ["--out_dir=TMP/out", "--data_dir=DATA"],
             "mini_study_v2": ["--runs=TMP/runs", "--data_dir=TMP/data_dir", "--kept=TMP/kept", "--out=TMP/out"],
             "mini_data_v2": ["--out_dir=TMP/out", "--corpus_dir=CORPUS"], "rate_check": ["--out=TMP/out", "--runs=PILOT"]}
@@ -60,23 +59,6 @@ CASES = [
     ("budget_study", ["--smoke", "--iters=50"], "--iters"),
     ("budget_study", ["--minutes=5", "--iters=50"], "--iters"),
     ("budget_study", ["--runs=FILE"], "--runs"),
-    ("mini_study", ["--seeds=abc"], "--seeds"),
-    ("mini_study", ["--seeds=1,1"], "--seeds"),
-    ("mini_study", ["--extra=sft"], "--extra"),
-    ("mini_study", ["--extra=rollout,rollout"], "--extra"),
-    ("mini_study", ["--lanes=0"], "--lanes"),
-    ("mini_study", ["--device=tpu"], "--device"),
-    ("mini_study", ["--gate_steps=0"], "--gate_steps"),
-    ("mini_study", ["--kept=FILE/sub"], "--kept"),
-    ("mini_study", ["--out=FILE"], "--out"),
-    ("mini_study", ["--report_only", "--out=CUT"], KEPT),  # a kept JSON cut short
-    ("mini_study", ["--report_only", "--out=NO_NFE"], (KEPT, "nfe")),  # a kept JSON without a field the report reads
-    ("mini_study", ["--out=CUT"], KEPT),  # evaluation skips it: the report would stop on it hours later
-    ("mini_study", ["--gate", "--gate_init=TMP/missing"], "--gate_init"),
-    ("mini_study", ["--gate", "--gate_init=reference/mini/pretrain"], ("--data_dir", "tasks_train.jsonl")),
-    ("mini_study", ["--gate_init=reference/mini/pretrain"], "--gate_init"),  # without --gate: the whole study ran
-    ("mini_study", ["--gate", "--report_only"], "--report_only"),
-    ("mini_study", ["--smoke", "--gate_steps=50"], "--gate_steps"),  # --smoke replaced it silently
     ("mini_data", ["--out_dir=FILE/sub"], "--out_dir"),
     ("mini_data", ["--out_dir=FILE"], "--out_dir"),
     ("mini_data", ["--n_test_each=0"], "--n_test_each"),
@@ -89,18 +71,12 @@ CASES = [
     ("pretrain_ar", ["--data_dir=ODD_TRAIN"], ("train.bin", "uint16")),
     ("pretrain_ar", ["--data_dir=TMP/missing"], ("train.bin", "fastdllm.mini_data")),
     ("pretrain_ar", ["--out_dir=FILE/sub"], "out_dir"),
-    ("mini_report", ["CUT"], KEPT),
-    ("mini_report", ["NO_NFE"], (KEPT, "nfe")),
-    ("mini_report", ["CUT_LOG"], ("train_metrics.jsonl", "line 2")),
-    ("mini_report", ["TMP/missing"], "missing"),
     ("mini_check", ["--results=FILE"], "--results"),
     ("mini_check", ["--results=CUT_V2"], KEPT_V2),  # read after minutes of decoding
     ("mini_check", ["--sandbox=none"], "--sandbox"),
     ("mini_check", ["--n=0"], "--n"),
     ("mini_check", ["--kept=TMP"], "--kept"),
-    ("mini_check", ["--study=v1", "--n=201"], "--n"),  # v1 decoded 200 held-out tasks
     ("mini_check", ["--n=401"], "--n"),  # v2 holds 400 test tasks
-    ("mini_check", ["--study=v1"], "--kept"),  # the repository keeps v1's pretrained model only
     ("mini_study_v2", ["--seeds=abc"], "--seeds"),
     ("mini_study_v2", ["--seeds=2,3"], "--seeds"),  # seed 1 is the pilot's
     ("mini_study_v2", ["--lrs=fast"], "--lrs"),
@@ -223,9 +199,3 @@ def test_bad_flags_stop_a_driver_before_any_work(driver, argv, flag, tmp_path, m
     assert isinstance(message, str) and "\n" not in message, message
     assert all(part in message for part in ((flag,) if isinstance(flag, str) else flag)), message
     assert snapshot(tmp_path) == before
-
-
-def test_mini_study_reads_its_defaults():
-    """The plain command's flags parse (failed when a helper it called was renamed: int_list -> seed_list)."""
-    args = mini_study.parse_args([])
-    assert args.seeds == [1, 2, 3] and args.extra == ["rollout", "relay_sg"] and args.lanes == 2

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from scripts.table2 import mini_report, mini_report_v2, rate_check
+from scripts.table2 import mini_report_v2, rate_check, store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V2 = os.path.join(ROOT, "results", "mini_study_v2")
@@ -29,12 +29,12 @@ def write(path, record):
 
 def edit(path, restamp=False, **fields):
     record = dict(read(path), **fields)
-    write(path, mini_report.stamp({k: v for k, v in record.items() if k != "digest"}) if restamp else record)
+    write(path, store.stamp({k: v for k, v in record.items() if k != "digest"}) if restamp else record)
 
 
 def cut(path, n, restamp=False):
     record = read(path)
-    edit(path, restamp, **{k: record[k][:n] for k in mini_report.PER_TASK + ("task_ids",) if k in record},
+    edit(path, restamp, **{k: record[k][:n] for k in store.PER_TASK + ("task_ids",) if k in record},
          **({"n": n} if "n" in record else {}))
 
 

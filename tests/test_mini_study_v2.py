@@ -29,10 +29,10 @@ def test_the_v2_schedule_ends_near_zero_after_a_short_warmup(objective):
 
 def write_result(out: str, name: str, step: int, tau: float, protocol: str) -> None:
     """A valid kept result (two tasks) at its place in out."""
-    path = mini_study_v2.mini_report.result_path(out, name, step, tau, protocol)
+    path = mini_study_v2.store.result_path(out, name, step, tau, protocol)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     ids = [f"mini2/{'val' if protocol == 'val' else 'test'}/{i}" for i in range(2)]
-    record = mini_study_v2.mini_report.stamp(dict(model=name, step=step, tau=tau, protocol=protocol, task_ids=ids,
+    record = mini_study_v2.store.stamp(dict(model=name, step=step, tau=tau, protocol=protocol, task_ids=ids,
                                                   base=[1, 0], plus=[1, 0], nfe=[40, 40]))
     with open(path, "w") as f:
         json.dump(record, f)
@@ -203,7 +203,7 @@ def test_a_study_resumed_on_another_machine_trains_only_what_the_repository_does
         for where, tau in m.protocol(args):
             write_result(str(tmp_path / "out"), name, 300, tau, where)
     os.makedirs(tmp_path / "kept" / "sft_s1")
-    monkeypatch.setattr(m.mini_study, "is_complete", lambda folder: os.path.isdir(folder))
+    monkeypatch.setattr(m.store, "is_complete", lambda folder: os.path.isdir(folder))
     trained = []
     monkeypatch.setattr(m, "prepare", lambda args: None)
     monkeypatch.setattr(m, "base_job", lambda args, say: None)
@@ -233,7 +233,7 @@ def test_each_kept_result_names_the_device_it_was_decoded_on(tmp_path, monkeypat
     monkeypatch.setattr(m.os, "cpu_count", lambda: 16)  # a GPU machine's cores, shared by the lanes' judging
     commands, kept = [], []
     monkeypatch.setattr(m.runs, "sh", lambda cmd, **kw: commands.append(cmd))
-    monkeypatch.setattr(m.mini_report, "compact", lambda out, path, meta: kept.append(meta))
+    monkeypatch.setattr(m.store, "compact", lambda out, path, meta: kept.append(meta))
     m.evaluate(args, "model_dir", "relay_s2", 300, True, [("test", 0.85), ("val", 0.85)])
     assert [meta["device"] for meta in kept] == ["cuda", "cuda"]
     assert all("--device=cuda" in cmd and "--workers=2" in cmd for cmd in commands) and "--limit=200" in commands[1]
@@ -338,7 +338,7 @@ def test_the_docs_state_the_report_s_numbers():
     the page is edited."""
     page = open(os.path.join(ROOT, "docs", "table2_miniature.md"), encoding="utf-8").read()
     out = os.path.join(ROOT, "results", "mini_study_v2")
-    results = mini_report_v2.mini_report.load(out)
+    results = mini_report_v2.store.load(out)
     expected = (mini_report_v2.table(results)[2:] + mini_report_v2.primary(results) + mini_report_v2.secondary(results)[:1]
                 + mini_report_v2.training(out)[2:])
     for line in expected:

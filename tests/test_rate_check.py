@@ -15,7 +15,7 @@ NFE = {"sft_s1_lr0.0003": [40, 50], "sft_s1_lr0.001": [30, 36], "relay_s1_lr0.00
 
 
 def record(name: str) -> dict:
-    return rate_check.mini_report.stamp(dict(model=name, step=300, tau=0.85, protocol="test", task_ids=IDS, base=[1, 0],
+    return rate_check.store.stamp(dict(model=name, step=300, tau=0.85, protocol="test", task_ids=IDS, base=[1, 0],
                                              plus=[1, 0], nfe=NFE[name]))
 
 
@@ -74,7 +74,7 @@ def test_a_new_decoding_is_kept_with_the_device_it_ran_on(tmp_path, monkeypatch)
     out_dir is stood in for by its three files. Fails with `device` dropped from the kept record."""
     def fake_decode(model, data, tau, carry, out, max_new_tokens, sandbox, who):
         os.makedirs(out)
-        summary = {key: 50.0 for key in rate_check.mini_report.RESULT_KEYS}
+        summary = {key: 50.0 for key in rate_check.store.RESULT_KEYS}
         with open(os.path.join(out, "results.json"), "w") as f:
             json.dump(summary, f)
         with open(os.path.join(out, "samples.jsonl"), "w") as f:
@@ -98,4 +98,4 @@ def test_every_kept_rate_check_result_names_its_device():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     kept = os.path.join(root, "results", "mini_study_v2_rates")
     for name in sorted(os.listdir(kept)):
-        assert rate_check.mini_report.read_kept(os.path.join(kept, name), named_by_fields=False).get("device") == "cpu", name
+        assert rate_check.store.read_kept(os.path.join(kept, name), named_by_fields=False).get("device") == "cpu", name

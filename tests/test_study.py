@@ -88,9 +88,9 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     ckpt = tmp_path / "ckpt-100"
     ckpt.mkdir()
     (ckpt / "manifest.json").write_text('{"files": {}}')
-    path = study.mini_report.result_path(st.out, "b3", 100, 0.85, "val")
+    path = study.store.result_path(st.out, "b3", 100, 0.85, "val")
     os.makedirs(os.path.dirname(path))
-    record = study.mini_report.stamp(dict(model="b3", step=100, tau=0.85, protocol="val", task_ids=["mini2/val/0"],
+    record = study.store.stamp(dict(model="b3", step=100, tau=0.85, protocol="val", task_ids=["mini2/val/0"],
                                           base=[1], plus=[1], nfe=[30], model_digest=study.model_digest(str(ckpt))))
     open(path, "w").write(json.dumps(record))
     study.forget_other_model(path, str(ckpt))
@@ -98,7 +98,7 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     (ckpt / "manifest.json").write_text('{"files": {"x": "y"}}')  # another checkpoint 100
     study.forget_other_model(path, str(ckpt))
     assert not os.path.exists(path) and os.listdir(os.path.join(st.out, "b3", "other_runs")) == [os.path.basename(path)]
-    assert study.mini_report.load(st.out) == []  # the moved file is no result of the study
+    assert study.store.load(st.out) == []  # the moved file is no result of the study
 
 
 def test_t_s_long_run_waits_for_every_p_job():
@@ -122,12 +122,12 @@ def test_regime_check_a_is_read_before_the_first_pair_trains(tmp_path, monkeypat
     (tmp_path / "out" / "b3.json").write_text(json.dumps({"stop": 500}))
 
     def keep(name, step, solved):
-        path = study.mini_report.result_path(st.out, name, step, 0.85, "val")
+        path = study.store.result_path(st.out, name, step, 0.85, "val")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         ids = [f"mini2/val/{i}" for i in range(100)]
         record = dict(model=name, step=step, tau=0.85, protocol="val", task_ids=ids, base=[1] * 100,
                       plus=[1] * solved + [0] * (100 - solved), nfe=[30] * 100)
-        open(path, "w").write(json.dumps(study.mini_report.stamp(record)))
+        open(path, "w").write(json.dumps(study.store.stamp(record)))
     assert study.regime_passed(st, first_pair=True) is False  # B3 kept, its decoding not yet: wait
     keep("base", 500, 19)
     with pytest.raises(SystemExit, match=r"regime check failed \(B3 19.0%, SFT s1 not run"):

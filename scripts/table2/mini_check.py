@@ -1,13 +1,10 @@
 """Table 2 in miniature in a few minutes: the kept models decoded on tasks of held-out compositions.
 
     python scripts/table2/mini_check.py                 # v2's kept models on 100 test tasks: about 2 minutes
-    python scripts/table2/mini_check.py --study=v1      # v1's, once scripts/table2/mini_study.py has kept them
 
-The kept checkpoints of a miniature study (v2: scripts/table2/mini_study_v2.py, reference/mini2/: the adapted
-base model and the seed-1 Vanilla SFT and Relay fine-tunes, bf16, each verified against its manifest; v1:
-scripts/table2/mini_study.py, reference/mini/, which the repository no longer carries) decode the first --n test
-tasks of held-out compositions (v2: fastdllm.mini_data_v2.test_tasks, v1: fastdllm.tasks.heldout_tests; rebuilt
-here, no corpus needed) with eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry),
+The kept checkpoints of the v2 miniature study (scripts/table2/mini_study_v2.py, reference/mini2/: the adapted
+base model and the seed-1 Vanilla SFT and Relay fine-tunes, bf16, each verified against its manifest) decode the
+first --n test tasks of held-out compositions (fastdllm.mini_data_v2.test_tasks, rebuilt here, no corpus needed) with eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry),
 judged in the sandbox. Prints Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what
 the study measured on the same tasks (its results/ folder), so the two can be compared.
 """
@@ -16,7 +13,6 @@ import contextlib
 import io
 import json
 import os
-import random
 import sys
 import tempfile
 
@@ -28,10 +24,9 @@ import configurator  # noqa: E402
 import common  # noqa: E402
 import eval_code  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
-from fastdllm import mini_data_v2, tasks  # noqa: E402
-from fastdllm.mini_data import TEST_SEED  # noqa: E402
+from fastdllm import mini_data_v2  # noqa: E402
 from scripts import runs  # noqa: E402
-from scripts.table2 import mini_report  # noqa: E402
+from scripts.table2 import mini_report_v2, store  # noqa: E402
 
 # (kept directory, label, decode with the relay carry)
 MODELS = (("adapt", "Fast-dLLM v2 (stage B)", False), ("sft_s1", "Vanilla SFT", False), ("relay_s1", "Relay", True))
@@ -40,20 +35,14 @@ EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--
              f"--device={DEVICE}", "--decode=authors"]
 
 
-def v1_tasks(n: int) -> list[dict]:
-    return tasks.heldout_tests(n, random.Random(TEST_SEED))
-
-
 def v2_tasks(n: int) -> list[dict]:
     return [row for _, row in mini_data_v2.test_tasks(n)]
 
 
-# per study: kept models, kept results, the test tasks, the study's decoding length, how many tasks it decoded,
-# its protocol name for these tasks, and the step of each model's result (None: the kept manifest's step; v1's
-# fine-tunes were kept at their last step, v2's at their step of lowest validation loss)
+# the study's kept models, kept results, test tasks, decoding length, how many tasks it decoded, its protocol name
+# for these tasks, and the step of each model's result (None: the kept manifest's step, the fine-tunes' step of
+# lowest validation loss)
 STUDIES = {
-    "v1": dict(kept="reference/mini", results="results/mini_study", tasks=v1_tasks, max_new_tokens=128, n_max=200,
-               protocol="full", steps={"adapt": ("base", 0), "sft_s1": ("sft_s1", 200), "relay_s1": ("relay_s1", 200)}),
     "v2": dict(kept="reference/mini2", results="results/mini_study_v2", tasks=v2_tasks, max_new_tokens=224,
                n_max=400, protocol="test", steps={"adapt": ("base", 0), "sft_s1": ("sft_s1", None),
                                                    "relay_s1": ("relay_s1", None)}),
@@ -61,7 +50,7 @@ STUDIES = {
 
 
 def decode(study: dict, kept: str, n: int, tau: float, work: str, sandbox: str = "auto") -> dict[str, dict]:
-    """eval_code.py on each kept model: {label: per-task record (mini_report.compact: task_ids, base, plus, nfe)}."""
+    """eval_code.py on each kept model: {label: per-task record (store.compact: task_ids, base, plus, nfe)}."""
     data = os.path.join(work, "heldout.jsonl")
     with open(data, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in study["tasks"](n))
@@ -70,7 +59,7 @@ def decode(study: dict, kept: str, n: int, tau: float, work: str, sandbox: str =
         print(f"decoding {n} tasks with {label} ({os.path.join(kept, name)})...", flush=True)
         out = decode_model(os.path.join(kept, name), data, tau, carry, os.path.join(work, name), study["max_new_tokens"],
                            sandbox, f"mini_check.py: {label}")
-        records[label] = mini_report.compact(out, os.path.join(work, f"{name}.json"), {"model": label})
+        records[label] = store.compact(out, os.path.join(work, f"{name}.json"), {"model": label})
     return records
 
 
@@ -95,7 +84,7 @@ def result_paths(study: dict, kept: str, results: str, tau: float) -> dict[str, 
         model, step = study["steps"][name]
         if step is None:
             step = kept_step(os.path.join(kept, name))
-        paths[label] = mini_report.result_path(results, model, step, tau, study["protocol"])
+        paths[label] = store.result_path(results, model, step, tau, study["protocol"])
     return paths
 
 
@@ -114,7 +103,7 @@ def study_record(path: str, task_ids: list[str]) -> dict | None:
     """The study's per-task results in the kept JSON at path on task_ids, or None if it is not kept."""
     if not os.path.isfile(path):
         return None
-    kept = mini_report.read_kept(path)
+    kept = store.read_kept(path)
     where = {t: i for i, t in enumerate(kept["task_ids"])}
     if not all(t in where for t in task_ids):
         return None
@@ -123,7 +112,7 @@ def study_record(path: str, task_ids: list[str]) -> dict | None:
 
 def columns(r: dict) -> tuple[float, float, float]:
     """pass@1 base and plus (%) and mean NFE per task."""
-    return mini_report.rate(r, "all", "base"), mini_report.rate(r, "all"), mini_report.mean(r["nfe"])
+    return mini_report_v2.rate(r, "all", "base"), mini_report_v2.rate(r, "all"), mini_report_v2.mean(r["nfe"])
 
 
 def table(records: dict[str, dict], study: dict[str, dict | None], args: argparse.Namespace) -> str:
@@ -160,13 +149,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     missing = [name for name, _, _ in MODELS if not os.path.isfile(os.path.join(args.kept, name, "manifest.json"))]
     if missing:
         raise SystemExit(f"--kept={args.kept} lacks {', '.join(missing)}: the study's driver "
-                         f"({'mini_study.py' if args.study == 'v1' else 'mini_study_v2.py'}) keeps them there")
+                         "(scripts/table2/mini_study_v2.py) keeps them there")
     if not os.path.isdir(args.results):
         raise SystemExit(f"--results={args.results} is not a folder of the study's kept results ({study['results']})")
     args.result_paths = result_paths(study, args.kept, args.results, args.tau)
     for path in args.result_paths.values():  # read after minutes of decoding, so read now: a broken one is named
         if os.path.isfile(path):
-            mini_report.read_kept(path)
+            store.read_kept(path)
     return args
 
 

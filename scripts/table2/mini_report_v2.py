@@ -18,8 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import configurator  # noqa: E402
-from scripts.table2 import mini_report  # noqa: E402
-from scripts.table2.mini_report import fmt, mean, method_of, rate, sd, select  # noqa: E402
+from scripts.table2 import store  # noqa: E402
 
 TAU = 0.85
 MARGIN = 5.0  # non-inferiority margin of pass@1, points
@@ -31,6 +30,116 @@ METHODS = {"base": "Fast-dLLM v2 (stage B)", "sft": "Vanilla SFT", "relay": "Rel
 # two-sided 95% quantiles of Student's t, by degrees of freedom (tests/test_mini_report_v2.py integrates the density)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
+
+
+# -----------------------------------------------------------------------------
+# per-task values, curves over tau and matched NFE
+
+
+def select(r: dict, split: str, key: str) -> list[float]:
+    """The per-task values of `key` ("base", "plus", "nfe") over one split ("all" = every task)."""
+    return [v for t, v in zip(r["task_ids"], r[key]) if split == "all" or t.split("/")[1] == split]
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def sd(values: list[float]) -> float:
+    if len(values) < 2:
+        return math.nan
+    m = mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def rate(r: dict, split: str, key: str = "plus") -> float:
+    return 100 * mean(select(r, split, key))
+
+
+def method_of(model: str) -> str:
+    return model.rsplit("_s", 1)[0] if "_s" in model and model.rsplit("_s", 1)[1].isdigit() else model
+
+
+def curves(results: list[dict], protocol: str) -> dict[tuple[str, int], list[dict]]:
+    """{(model, step): its results of one protocol, ordered by tau}."""
+    out: dict[tuple[str, int], list[dict]] = {}
+    for r in results:
+        if r["protocol"] == protocol:
+            out.setdefault((r["model"], r["step"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["tau"]) for k, v in out.items()}
+
+
+def at_nfe(curve: list[dict], split: str, budget: float, key: str = "plus") -> list[float] | None:
+    """Per-task scores at mean NFE `budget`: between the two taus whose mean NFE brackets it, each task's verdict
+    weighted as the curve's mean is (so their mean is the curve's linear interpolation); None outside the curve."""
+    points = sorted(curve, key=lambda r: mean(select(r, split, "nfe")))
+    nfes = [mean(select(r, split, "nfe")) for r in points]
+    if not points or not nfes[0] <= budget <= nfes[-1]:
+        return None
+    for i in range(len(points)):
+        j = min(i + 1, len(points) - 1)
+        if nfes[i] <= budget <= nfes[j]:
+            w = 0.0 if nfes[j] == nfes[i] else (budget - nfes[i]) / (nfes[j] - nfes[i])
+            return [(1 - w) * a + w * b for a, b in zip(select(points[i], split, key), select(points[j], split, key))]
+    return None
+
+
+def nfe_range(curve: list[dict], split: str) -> tuple[float, float]:
+    nfes = [mean(select(r, split, "nfe")) for r in curve]
+    return min(nfes), max(nfes)
+
+
+def paired(pairs: list[tuple[list[float], list[float]]]) -> tuple[float, float, float]:
+    """(mean difference b - a, its per-task paired s.e., the s.d. of the seeds' differences) over seed pairs of
+    per-task values on the same tasks: each task's difference is averaged over the seeds first."""
+    per_seed = [[b - a for a, b in zip(x, y)] for x, y in pairs]
+    per_task = [mean(list(d)) for d in zip(*per_seed)]
+    return mean(per_task), sd(per_task) / math.sqrt(len(per_task)), sd([mean(d) for d in per_seed])
+
+
+def seed_pairs(found: dict, step: int | None, a: str, b: str) -> list[tuple[list[dict], list[dict]]]:
+    """(curve of a, curve of b) for every seed both have (at `step`, or each one's last step)."""
+    def last(model: str) -> list[dict] | None:
+        steps = sorted(s for m, s in found if m == model)
+        chosen = step if step is not None else (steps[-1] if steps else None)
+        return found.get((model, chosen))
+    seeds = sorted({int(m.rsplit("_s", 1)[1]) for m, _ in found if method_of(m) == a})
+    return [(last(f"{a}_s{s}"), last(f"{b}_s{s}")) for s in seeds if last(f"{a}_s{s}") and last(f"{b}_s{s}")]
+
+
+def matched_budgets(pairs: list, split: str, k: int = 4) -> list[float]:
+    """k budgets spread over the NFE range every curve of every pair covers."""
+    ranges = [nfe_range(c, split) for pair in pairs for c in pair]
+    lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
+    if lo > hi:
+        return []
+    return [lo + (hi - lo) * i / (k - 1) for i in range(k)] if k > 1 and hi > lo else [lo]
+
+
+def matched_rows(pairs: list, split: str, key: str = "plus") -> list[tuple]:
+    """(budget, pass@1 of a, of b, difference, paired s.e., seed s.d.) at each matched budget."""
+    rows = []
+    for budget in matched_budgets(pairs, split):
+        scored = [(at_nfe(x, split, budget, key), at_nfe(y, split, budget, key)) for x, y in pairs]
+        d, se, spread = paired(scored)
+        rows.append((budget, 100 * mean([mean(x) for x, _ in scored]), 100 * mean([mean(y) for _, y in scored]),
+                     100 * d, 100 * se, 100 * spread))
+    return rows
+
+
+def one(value: float) -> str:
+    """One decimal, or "-" where there is no value (a seed s.d. from one seed)."""
+    return "-" if math.isnan(value) else f"{value:.1f}"
+
+
+def fmt(values: list[float], digits: int = 1) -> str:
+    if not values:
+        return "-"
+    return f"{mean(values):.{digits}f}" + (f" ± {sd(values):.{digits}f}" if len(values) > 1 else "")
+
+
+# -----------------------------------------------------------------------------
+# the report
 
 
 def interval(diffs: list[float]) -> tuple[float, float, float]:
@@ -134,10 +243,10 @@ def secondary(results: list[dict]) -> list[str]:
              f"margin -{MARGIN:g}): {reading}", "",
              "pass@1 plus at matched NFE along the tau sweep (Relay - SFT; per-task paired s.e., seed s.d.):", "",
              "| NFE | SFT | Relay | difference | s.e. | seed s.d. |", "|---|---|---|---|---|---|"]
-    found = mini_report.curves(results, "test")
-    pairs = mini_report.seed_pairs(found, None, "sft", "relay")
-    for budget, a, b, d, se, spread in mini_report.matched_rows(pairs, "test") if pairs else []:
-        lines.append(f"| {budget:.1f} | {a:.1f} | {b:.1f} | {d:+.1f} | {se:.1f} | {mini_report.one(spread)} |")
+    found = curves(results, "test")
+    pairs = seed_pairs(found, None, "sft", "relay")
+    for budget, a, b, d, se, spread in matched_rows(pairs, "test") if pairs else []:
+        lines.append(f"| {budget:.1f} | {a:.1f} | {b:.1f} | {d:+.1f} | {se:.1f} | {one(spread)} |")
     return lines
 
 
@@ -148,7 +257,7 @@ def training(out: str) -> list[str]:
         path = os.path.join(out, model, "train_metrics.jsonl")
         if model == "base" or not os.path.exists(path):
             continue
-        rows = mini_report.read_metrics(path)
+        rows = store.read_metrics(path)
         speeds = sorted(r["tokens_per_s"] for r in rows if "tokens_per_s" in r)
         steps = [r for r in rows if "clipped" in r]
         clipped = sum(r["clipped"] * n for r, n in zip(steps, step_counts(steps))) / max(1, rows[-1]["step"])
@@ -185,7 +294,7 @@ def rows_seen(out: str) -> list[str]:
              "|---|---|---|---|---|---|"]
     for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
         path = os.path.join(out, model, "train_metrics.jsonl")
-        rows = mini_report.read_metrics(path) if os.path.exists(path) else []
+        rows = store.read_metrics(path) if os.path.exists(path) else []
         if not rows or "distinct_rows" not in rows[-1]:
             continue
         weights = step_counts(rows)
@@ -202,15 +311,16 @@ def base_trace(out: str) -> list[str]:
     path = os.path.join(out, "b3.json")
     if not os.path.exists(path):
         return []
-    b3 = mini_report.read_json(path, ("val_plus", "stop"))
+    b3 = store.read_json(path, ("val_plus", "stop"))
     lines = ["B3's validation pass@1 plus (tau 0.85, 200 tasks) by step: " + ", ".join(
         f"{step}: {value:.1f}%" for step, value in sorted(((int(k), v) for k, v in b3["val_plus"].items()))),
         "", f"The plateau rule stopped B3 at step {b3['stop']}."]
     regime = os.path.join(out, "regime.json")
     if os.path.exists(regime):
-        check = mini_report.read_json(regime, ("b3_val_plus", "sft_s1_val_plus", "passed"))
-        lines += ["", f"Regime check: B3 {check['b3_val_plus']:.1f}% validation plus (needs >= 20), SFT seed 1 "
-                  f"{check['sft_s1_val_plus']:.1f}% (needs B3 ± 5): {'passed' if check['passed'] else 'FAILED'}."]
+        check = store.read_json(regime, ("b3_val_plus", "sft_s1_val_plus", "passed"))
+        sft = "not run" if check["sft_s1_val_plus"] is None else f"{check['sft_s1_val_plus']:.1f}%"
+        lines += ["", f"Regime check: B3 {check['b3_val_plus']:.1f}% validation plus (needs >= 20), SFT seed 1 {sft} "
+                  f"(needs B3 ± 5): {'passed' if check['passed'] else 'FAILED'}."]
     return lines
 
 
@@ -232,18 +342,18 @@ def plot_frontier(results: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     colors = {"base": "0.5", "sft": "tab:blue", "rollout": "tab:green", "relay_sg": "tab:purple", "relay": "tab:red"}
-    found = mini_report.curves(results, "test")
+    found = curves(results, "test")
     fig, ax = plt.subplots(figsize=(6.5, 4.4))
     for method, label in METHODS.items():
-        curves = [c for (m, _), c in sorted(found.items()) if method_of(m) == method]
-        if not curves:
+        seeds = [c for (m, _), c in sorted(found.items()) if method_of(m) == method]
+        if not seeds:
             continue
-        if len(curves) > 1:
-            for c in curves:
+        if len(seeds) > 1:
+            for c in seeds:
                 ax.plot(*zip(*map(frontier_point, c)), "-", color=colors[method], alpha=0.25, lw=1)
-        nfe, plus = zip(*mean_curve(curves))
+        nfe, plus = zip(*mean_curve(seeds))
         ax.plot(nfe, plus, "o-", color=colors[method], ms=4, lw=2,
-                label=label + (f" (mean of {len(curves)} seeds)" if len(curves) > 1 else ""))
+                label=label + (f" (mean of {len(seeds)} seeds)" if len(seeds) > 1 else ""))
     save_axes(fig, ax, path, "mean NFE per task", "held-out compositions: pass@1 against forward passes over tau")
 
 
@@ -364,10 +474,10 @@ def kept(out: str, pins: str | None = None) -> list[dict]:
     """The study's kept results, each checked against its name, its digests, the protocol's tasks and the study's
     data pins (out/data.json, or pins); a smoke study's folder (toy sizes) is checked for names and digests only."""
     if "smoke" in out:
-        return mini_report.load(out)
+        return store.load(out)
     path = pins or os.path.join(out, "data.json")
-    sha = mini_report.read_json(path, ("sha256",))["sha256"] if os.path.exists(path) else None
-    results = mini_report.load(out, tasks=TASKS, stamped=True, pins=sha)
+    sha = store.read_json(path, ("sha256",))["sha256"] if os.path.exists(path) else None
+    results = store.load(out, tasks=TASKS, stamped=True, pins=sha)
     if results and sha is None:
         raise SystemExit(f"{path} is missing: the study's data pins, which every kept result is checked against "
                          "(restore it: git checkout)")

@@ -12,7 +12,7 @@ choice.json did not choose:
 0. the data: `python -m fastdllm.mini_data` (corpus and tokenizer), `python -m fastdllm.mini_data_v2` (the
    multi-step tasks: train, validation, test in trained and in held-out wording; stage B's mixture), or with
    --prebuilt the files carried; what C and D read must match the sha256 kept in --out/data.json;
-A. the pretrained model, shared with v1 (reference/mini/pretrain; scripts/table2/mini_study.py makes it);
+A. the pretrained model, shared with v1 (reference/mini/pretrain, made by scripts/table2/pretrain_ar.py);
 B. adaptation on docstring pairs and 8,000 task rows of training compositions: `train_fastdllm.py
    config/fastdllm_mini2_adapt.py`, kept in --kept as bf16;
 P. the pilot: SFT and Relay, seed 1, at each learning rate of --lrs; each method's rate is the one whose run reaches
@@ -37,11 +37,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import configurator  # noqa: E402
 import common  # noqa: E402
 from scripts import runs  # noqa: E402
-from scripts.table2 import mini_report, mini_report_v2, mini_study  # noqa: E402
+from scripts.table2 import mini_report_v2, store  # noqa: E402
 
 PY = sys.executable
 OBJECTIVES = ("sft", "relay", "rollout", "relay_sg")
-CARRY = mini_study.CARRY
+CARRY = store.CARRY
 LRS = (3e-4, 1e-3)
 TAUS = (0.7, 0.85, 0.95)
 EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=224", "--batch_size=32",
@@ -62,14 +62,14 @@ def run_name(objective: str, seed: int, lr: float | None = None) -> str:
 def val_losses(run_dir: str) -> dict[int, float]:
     """step -> validation loss, from the run's metrics.jsonl (train_fastdllm.py logs it at every save)."""
     path = os.path.join(run_dir, "metrics.jsonl")
-    records = mini_report.read_jsonl(path) if os.path.exists(path) else []
+    records = store.read_jsonl(path) if os.path.exists(path) else []
     return {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
 
 
 def chosen_step(run_dir: str) -> int:
     """The kept checkpoint of lowest validation loss (a tie goes to the later step): the run's model."""
     losses = val_losses(run_dir)
-    steps = [s for s in mini_study.kept_steps(run_dir) if s in losses]
+    steps = [s for s in store.kept_steps(run_dir) if s in losses]
     if not steps:
         raise SystemExit(f"{run_dir}: no kept checkpoint has a validation loss in metrics.jsonl")
     return min(steps, key=lambda s: (losses[s], -s))
@@ -85,7 +85,7 @@ def choose_rate(runs_dir: str, objective: str, lrs: tuple[float, ...]) -> float:
 def train(args: argparse.Namespace, objective: str, seed: int, lr: float, name: str, say) -> str:
     out = os.path.join(args.runs, name)
     say(f"fine-tuning at lr {lr:g} (log: {args.runs}/{name}.log)")
-    mini_study.finetune(f"config/fastdllm_mini2_{objective}.py", out,
+    store.finetune(f"config/fastdllm_mini2_{objective}.py", out,
                         [f"--seed={seed}", f"--learning_rate={lr}", f"--init_from={os.path.join(args.kept, 'adapt')}",
                          f"--data={args.data_dir}/train.jsonl", f"--val_data={args.data_dir}/val_rows.jsonl",
                          *args.finetune_args], 1, os.path.join(args.runs, f"{name}.log"), echo=False)
@@ -110,9 +110,9 @@ def judge_workers(args: argparse.Namespace) -> int:
 
 def evaluate(args: argparse.Namespace, model_dir: str, name: str, step: int, carry: bool,
              jobs: list[tuple[str, float]]) -> None:
-    """eval_code.py for each (protocol, tau) of jobs; each result kept as one JSON (mini_report.result_path)."""
+    """eval_code.py for each (protocol, tau) of jobs; each result kept as one JSON (store.result_path)."""
     for protocol, tau in jobs:
-        kept = mini_report.result_path(args.out, name, step, tau, protocol)
+        kept = store.result_path(args.out, name, step, tau, protocol)
         if os.path.exists(kept):
             continue
         out = os.path.join(args.runs, "eval", name, f"step_{step}", f"{protocol}_tau_{tau:g}")
@@ -122,19 +122,19 @@ def evaluate(args: argparse.Namespace, model_dir: str, name: str, step: int, car
                  f"--gt_cache_dir={args.runs}/gt_cache", *EVAL_ARGS, f"--device={args.device}",
                  f"--workers={judge_workers(args)}"],
                 log=os.path.join(args.runs, "eval", f"{name}.log"), echo=False)
-        mini_report.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry,
+        store.compact(out, kept, dict(model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry,
                                             device=args.device))
 
 
 def finish(args: argparse.Namespace, objective: str, seed: int, run_dir: str, name: str, say) -> None:
     """Keep the run's log, evaluate its checkpoint of lowest validation loss, keep the seed-1 pair's weights."""
-    mini_study.keep_log(run_dir, name, args)
+    store.keep_log(run_dir, name, args.out)
     step = chosen_step(run_dir)
     say(f"trained; validation chose step {step}; evaluating")
     ckpt = os.path.join(run_dir, f"ckpt-{step}")
     evaluate(args, ckpt, name, step, CARRY[objective], protocol(args))
     if seed == 1 and objective in ("sft", "relay"):
-        mini_study.keep(ckpt, os.path.join(args.kept, name))
+        store.keep(ckpt, os.path.join(args.kept, name))
     say(f"evaluated; results in {args.out}/{name}")
 
 
@@ -158,11 +158,11 @@ def finished(args: argparse.Namespace, objective: str, seed: int) -> bool:
     weights in --kept): what the repository keeps, so a study resumed on another machine does not train it again."""
     name = run_name(objective, seed)
     folder = os.path.join(args.out, name)
-    steps = {mini_report.read_kept(os.path.join(folder, f))["step"] for f in os.listdir(folder)
+    steps = {store.read_kept(os.path.join(folder, f))["step"] for f in os.listdir(folder)
              if f.startswith("step_")} if os.path.isdir(folder) else set()
-    kept = any(all(os.path.exists(mini_report.result_path(args.out, name, step, tau, where)) for where, tau in protocol(args))
+    kept = any(all(os.path.exists(store.result_path(args.out, name, step, tau, where)) for where, tau in protocol(args))
                for step in steps)
-    weights = seed != 1 or objective not in ("sft", "relay") or mini_study.is_complete(os.path.join(args.kept, name))
+    weights = seed != 1 or objective not in ("sft", "relay") or store.is_complete(os.path.join(args.kept, name))
     return kept and weights
 
 
@@ -284,24 +284,34 @@ def check_data(data_dir: str, out: str) -> None:
                          f"({kept}): rebuild the data as the study did, or use another --out")
 
 
+def processes(args: argparse.Namespace) -> int:
+    """Processes for stage B: a lane each on the CPU; one on a GPU, which needs no sharing."""
+    return args.lanes if args.device == "cpu" else 1
+
+
+def torch_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 def stage_b(args: argparse.Namespace) -> None:
     kept = os.path.join(args.kept, "adapt")
-    if mini_study.is_complete(kept):
-        mini_study.verify_kept(kept)  # a damaged copy stops here in one line, not in every fine-tune it starts
+    if store.is_complete(kept):
+        store.verify_kept(kept)  # a damaged copy stops here in one line, not in every fine-tune it starts
         return print(f"stage B: {kept} is kept, skipped")
     if args.prebuilt:
         raise SystemExit(f"--prebuilt: stage B is not kept in {kept}, and its data is not carried")
     out = os.path.join(args.runs, "adapt")
-    procs = mini_study.processes(args)
+    procs = processes(args)
     per_process = max(1, 4 // procs) if procs in (1, 2, 4) else 1
     extra = [f"--init_from={args.pretrain}", f"--data={args.data_dir}/adapt.jsonl",
              f"--gradient_accumulation_steps={per_process}", *args.finetune_args]
     extra = [e for e in extra if not e.startswith("--val_interval")]  # B has no validation rows
     if procs not in (1, 2, 4):
         extra.append("--effective_batch=0")
-    mini_study.finetune("config/fastdllm_mini2_adapt.py", out, extra, procs, os.path.join(args.runs, "adapt.log"))
-    mini_study.keep_log(out, "base", args)
-    mini_study.keep(mini_study.last_ckpt(out), kept)
+    store.finetune("config/fastdllm_mini2_adapt.py", out, extra, procs, os.path.join(args.runs, "adapt.log"))
+    store.keep_log(out, "base", args.out)
+    store.keep(store.last_ckpt(out), kept)
 
 
 def run_all(args: argparse.Namespace) -> None:
@@ -352,7 +362,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise SystemExit(f"--lrs must be comma-separated numbers, got {args.lrs!r}")
     runs.need(len(args.lrs) >= 1 and all(0 < lr < 1 for lr in args.lrs), "--lrs", "rates in (0, 1)", args.lrs)
     runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
-    runs.need(args.device == "cpu" or (args.device == "cuda" and mini_study.torch_cuda()), "--device",
+    runs.need(args.device == "cpu" or (args.device == "cuda" and torch_cuda()), "--device",
               "cpu, or cuda on a GPU", args.device)
     args.taus, args.finetune_args, args.val_tasks = TAUS, [], VAL_TASKS
     if args.smoke:
@@ -364,8 +374,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         runs.check_folder(getattr(args, key), f"--{key}")
         setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
     args.pretrain = os.path.relpath(os.path.abspath(args.pretrain), runs.ROOT)
-    if not args.report_only and not mini_study.is_complete(os.path.join(runs.ROOT, args.pretrain)):
-        raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: run python scripts/table2/mini_study.py first")
+    if not args.report_only and not store.is_complete(os.path.join(runs.ROOT, args.pretrain)):
+        raise SystemExit(f"--pretrain={args.pretrain} holds no kept stage A: restore reference/mini/pretrain (git checkout), "
+                         "or pretrain it again (docs/table2_miniature.md: scripts/table2/pretrain_ar.py)")
     mini_report_v2.kept(os.path.join(runs.ROOT, args.out))  # every kept result checked now, not after hours of work
     return args
 

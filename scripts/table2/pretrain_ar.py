@@ -61,7 +61,7 @@ class PretrainConfig:
     eval_interval: int = 500  # held-out perplexity and the resume state
     log_interval: int = 50
     seed: int = 0
-    device: str = "cpu"  # cpu | cuda; fp32 on either (scripts/table2/mini_study.py --device=cuda)
+    device: str = "cpu"  # cpu | cuda; fp32 on either (--device=cuda on a GPU)
 
 
 def build_model(cfg: PretrainConfig, tokenizer) -> FastDLLM:

@@ -23,7 +23,7 @@ import configurator  # noqa: E402
 import fastdllm.sandbox  # noqa: E402
 from fastdllm.tasks import write_jsonl  # noqa: E402
 from scripts import runs  # noqa: E402
-from scripts.table2 import mini_check, mini_report  # noqa: E402
+from scripts.table2 import mini_check, mini_report_v2, store  # noqa: E402
 from scripts.table2.mini_study_v2 import LRS, run_name  # noqa: E402
 
 STEP = 300
@@ -51,10 +51,10 @@ def decode(args: argparse.Namespace) -> dict[str, dict]:
                                           os.path.join(work, name), mini_check.STUDIES["v2"]["max_new_tokens"],
                                           args.sandbox, f"rate_check.py: {name}")
             meta = dict(model=name, step=STEP, tau=args.tau, protocol="test", relay_carry=carry, learning_rate=lr,
-                        device=mini_check.DEVICE, study="v2", data_file="test.jsonl", data_sha256=mini_report.read_json(PINS, ("sha256",))["sha256"]["test.jsonl"],
+                        device=mini_check.DEVICE, study="v2", data_file="test.jsonl", data_sha256=store.read_json(PINS, ("sha256",))["sha256"]["test.jsonl"],
                         model_digest=common.file_sha256(os.path.join(checkpoint(args.runs, objective, lr), common.MANIFEST)),
                         digest=None)
-            records[name] = mini_report.compact(out, kept_path(args, name), meta)
+            records[name] = store.compact(out, kept_path(args, name), meta)
     return records
 
 
@@ -81,7 +81,7 @@ def table(records: dict[str, dict], args: argparse.Namespace) -> str:
               (f"Relay at {LRS[0]:g}, with its carry - without", label("relay", LRS[0], True),
                label("relay", LRS[0], False))]
     for text, a, b in pairs:
-        diff, se, _ = mini_report.paired([(records[b]["nfe"], records[a]["nfe"])])  # a - b, task by task
+        diff, se, _ = mini_report_v2.paired([(records[b]["nfe"], records[a]["nfe"])])  # a - b, task by task
         lines.append(f"- {text}: {diff:+.1f} (s.e. {se:.1f})")
     return "\n".join(lines)
 
@@ -111,9 +111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def read_kept(path: str, name: str, args: argparse.Namespace) -> dict:
-    """A kept decoding, checked as every result is (mini_report.read_kept) and against its name here: the run, the
+    """A kept decoding, checked as every result is (store.read_kept) and against its name here: the run, the
     number of tasks and tau the file name gives, and its stamp (python scripts/table2/stamp.py)."""
-    record = mini_report.read_kept(path, named_by_fields=False)
+    record = store.read_kept(path, named_by_fields=False)
     problem = None
     if record["model"] != name:
         problem = f"model: {record['model']!r}, but the file is named for {name}"

@@ -3,7 +3,7 @@
     python scripts/table2/stamp.py results/mini_study_v2 --data_dir=data/mini2
     python scripts/table2/stamp.py results/mini_study_v2_rates --data_dir=data/mini2 --pins=results/mini_study_v2/data.json
 
-Each result is first checked: its name against its own fields (scripts/table2/mini_report.py: read_kept), the data
+Each result is first checked: its name against its own fields (scripts/table2/store.py: read_kept), the data
 file its protocol decodes against the study's pins (--pins, default <folder>/data.json) and its task ids against
 that file's (the same tasks, in order, as many as the protocol decodes). Then it gains the study, the data file and
 its sha256, the model's manifest digest where the decoded checkpoint is kept (else null), a digest of its task ids
@@ -17,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import configurator  # noqa: E402
 import common  # noqa: E402
-from scripts.table2 import mini_report  # noqa: E402
+from scripts.table2 import store  # noqa: E402
 
 FILES = {"test": "test.jsonl", "reworded": "test_reworded.jsonl", "val": "val.jsonl"}
 KEPT_MODELS = {"base": "reference/mini2/adapt"}  # decoded from the kept copy itself (the others from run folders)
@@ -47,7 +47,7 @@ def data_ids(data_dir: str, name: str) -> list[str]:
 
 def check(path: str, named: bool, data_dir: str, pins: dict[str, str]) -> dict:
     """The result at path, checked against its name and the pinned data (one line naming file and field if not)."""
-    record = mini_report.read_kept(path, named_by_fields=named)
+    record = store.read_kept(path, named_by_fields=named)
     if not named and os.path.basename(path) != rate_name(record):
         raise SystemExit(f"{path}: model/n/tau: the fields say {rate_name(record)}: restore it (git checkout)")
     file = FILES.get(record["protocol"])
@@ -68,7 +68,7 @@ def stamped(record: dict, study: str, data_sha: str, file: str) -> dict:
         return record
     kept = KEPT_MODELS.get(record["model"])
     digest = common.file_sha256(os.path.join(kept, common.MANIFEST)) if kept else None
-    return mini_report.stamp(dict(record, study=study, data_file=file, data_sha256=data_sha, model_digest=digest))
+    return store.stamp(dict(record, study=study, data_file=file, data_sha256=data_sha, model_digest=digest))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", default="v2", help="the study the results belong to, recorded in each")
     args = p.parse_args(argv)
     pins_path = args.pins or os.path.join(args.folder, "data.json")
-    pins = mini_report.read_json(pins_path, ("sha256",))["sha256"]
+    pins = store.read_json(pins_path, ("sha256",))["sha256"]
     results = [(path, check(path, named, args.data_dir, pins)) for path, named in kept_files(args.folder)]
     changed = 0
     for path, record in results:

@@ -9,7 +9,7 @@ Each job is skipped when its results are kept in the study's --out, so a killed 
 an interrupted training run resumes from its last checkpoint. A lane takes the first job whose inputs exist (P's
 fine-tunes wait for B3, and all but seed 1's pair for the regime check). Every decoding is one JSON per (model, step,
 protocol, tau), stamped with the study, the data file's sha256, the model's manifest digest, a digest of its task ids
-and of its whole content (scripts/table2/mini_report.py: stamp).
+and of its whole content (scripts/table2/store.py: stamp).
 """
 import argparse
 import json
@@ -24,10 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import configurator  # noqa: E402
 import common  # noqa: E402
 from scripts import runs  # noqa: E402
-from scripts.table2 import mini_report, mini_report_v2, mini_study, mini_study_v2  # noqa: E402
+from scripts.table2 import mini_report_v2, mini_study_v2, store  # noqa: E402
 
 PY = sys.executable
-CARRY = mini_study.CARRY
+CARRY = store.CARRY
 EVAL_ARGS = mini_study_v2.EVAL_ARGS
 FILES = {"test": "test.jsonl", "reworded": "test_reworded.jsonl", "val": "val.jsonl"}
 VAL = ("val", 0.85)
@@ -126,14 +126,14 @@ def train(st: Study, config: str, name: str, args: list[str], say, max_iters: in
     wait_for(out, say)
     if max_iters is not None:
         extra = [a for a in extra if not a.startswith("--max_iters")] + [f"--max_iters={max_iters}"]
-        if mini_study.is_complete(os.path.join(out, f"ckpt-{max_iters}")):
+        if store.is_complete(os.path.join(out, f"ckpt-{max_iters}")):
             return out
-        resume = ["--resume=True"] if os.path.exists(os.path.join(out, "resume")) else []
         say(f"training to step {max_iters} (log: {out}.log)")
-        runs.sh([PY, "train_fastdllm.py", config, f"--out_dir={out}", *extra, *resume], log=out + ".log", echo=False)
+        runs.sh([PY, "train_fastdllm.py", config, f"--out_dir={out}", *extra, *store.resume_flags(out)], log=out + ".log",
+                echo=False)
         return out
     say(f"training (log: {out}.log)")
-    mini_study.finetune(config, out, extra, 1, out + ".log", echo=False)
+    store.finetune(config, out, extra, 1, out + ".log", echo=False)
     return out
 
 
@@ -155,7 +155,7 @@ def decode(st: Study, model_dir: str, name: str, step: int, carry: bool, jobs: l
     """eval_code.py for each (protocol, tau) not kept yet; each result kept as one stamped JSON."""
     kept = []
     for protocol, tau in jobs:
-        path = mini_report.result_path(st.out, name, step, tau, protocol)
+        path = store.result_path(st.out, name, step, tau, protocol)
         forget_other_model(path, model_dir)
         if not os.path.exists(path):
             out = os.path.join(st.runs, "eval", name, f"step_{step}", f"{protocol}_tau_{tau:g}")
@@ -165,18 +165,18 @@ def decode(st: Study, model_dir: str, name: str, step: int, carry: bool, jobs: l
             runs.sh([PY, "eval_code.py", f"--model={model_dir}", f"--data_path={data}", *limit, f"--threshold={tau}",
                      f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={st.runs}/gt_cache", *EVAL_ARGS,
                      f"--device={st.device}", "--workers=1"], log=os.path.join(st.runs, "eval", f"{name}.log"), echo=False)
-            mini_report.compact(out, path, dict(
+            store.compact(out, path, dict(
                 study=st.name, model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry, device=st.device,
                 data_file=FILES[protocol], data_sha256=common.file_sha256(data), model_digest=model_digest(model_dir),
                 digest=None))
-        kept.append(mini_report.read_kept(path))
+        kept.append(store.read_kept(path))
     return kept
 
 
 def forget_other_model(path: str, model_dir: str) -> None:
     """A kept decoding of another model under this name (a run trained again on another machine, whose run folder
     was not carried) is moved aside, so that every result follows the run that goes on."""
-    if os.path.exists(path) and mini_report.read_kept(path).get("model_digest") != model_digest(model_dir):
+    if os.path.exists(path) and store.read_kept(path).get("model_digest") != model_digest(model_dir):
         aside = os.path.join(os.path.dirname(path), "other_runs")
         os.makedirs(aside, exist_ok=True)
         os.replace(path, os.path.join(aside, os.path.basename(path)))
@@ -222,8 +222,8 @@ def b3_job(st: Study, say) -> None:
         "rule": "stop at the first s >= 3 x every where the best of p(s - 2 every), p(s - every), p(s) is < 2 points "
                 "above the best earlier p; p = validation pass@1 plus at tau 0.85 (docs/table2_v3_protocol.md)",
         "every": st.b3_every, "cap": st.b3_cap, "val_plus": {str(k): v for k, v in sorted(p.items())}, "stop": stop})
-    mini_study.keep(os.path.join(run, f"ckpt-{stop}"), kept_b3(st))
-    mini_study.keep_log(run, "base", argparse.Namespace(out=st.out))
+    store.keep(os.path.join(run, f"ckpt-{stop}"), kept_b3(st))
+    store.keep_log(run, "base", st.out)
     say(f"B3 stops at step {stop} ({p[stop]:.1f}% validation plus); decoding the kept B3")
     decode(st, kept_b3(st), "base", stop, False, [VAL, ("test", 0.85)])
     if (check := regime(st))["passed"] is False:  # (a) failed: no fine-tune starts from this B3
@@ -231,13 +231,13 @@ def b3_job(st: Study, say) -> None:
 
 
 def b3_done(st: Study) -> bool:
-    return mini_study.is_complete(kept_b3(st)) and os.path.exists(os.path.join(st.out, "b3.json"))
+    return store.is_complete(kept_b3(st)) and os.path.exists(os.path.join(st.out, "b3.json"))
 
 
 def base_decoded(st: Study) -> str:
     """The path of the kept B3's test decoding, the last thing b3_job writes."""
     with open(os.path.join(st.out, "b3.json")) as f:
-        return mini_report.result_path(st.out, "base", json.load(f)["stop"], 0.85, "test")
+        return store.result_path(st.out, "base", json.load(f)["stop"], 0.85, "test")
 
 
 def regime(st: Study) -> dict | None:
@@ -246,15 +246,15 @@ def regime(st: Study) -> dict | None:
     points of B3, once decoded ("passed" is None until then)."""
     with open(os.path.join(st.out, "b3.json")) as f:
         stop = json.load(f)["stop"]
-    base = mini_report.result_path(st.out, "base", stop, 0.85, "val")
-    sft = mini_report.result_path(st.out, "sft_s1", 200 if "smoke" not in st.runs else 4, 0.85, "val")
+    base = store.result_path(st.out, "base", stop, 0.85, "val")
+    sft = store.result_path(st.out, "sft_s1", 200 if "smoke" not in st.runs else 4, 0.85, "val")
     if not os.path.exists(base):
         return None
-    check = {"b3_val_plus": plus(mini_report.read_kept(base)), "sft_s1_val_plus": None, "passed": None}
+    check = {"b3_val_plus": plus(store.read_kept(base)), "sft_s1_val_plus": None, "passed": None}
     if check["b3_val_plus"] < st.capable:
         check["passed"] = False
     elif os.path.exists(sft):
-        check["sft_s1_val_plus"] = plus(mini_report.read_kept(sft))
+        check["sft_s1_val_plus"] = plus(store.read_kept(sft))
         check["passed"] = abs(check["sft_s1_val_plus"] - check["b3_val_plus"]) <= 5
     return check
 
@@ -277,8 +277,8 @@ def finetune_job(st: Study, objective: str, seed: int, say) -> None:
     run = train(st, f"config/fastdllm_mini3_{objective}.py", name, [
         f"--seed={seed}", f"--init_from={kept_b3(st)}", f"--data={st.data_dir}/train.jsonl",
         f"--val_data={st.data_dir}/val_rows.jsonl"], say)
-    mini_study.keep_log(run, name, argparse.Namespace(out=st.out))
-    step = mini_study.kept_steps(run)[-1]
+    store.keep_log(run, name, st.out)
+    step = store.kept_steps(run)[-1]
     say(f"trained; decoding checkpoint {step}")
     decode(st, os.path.join(run, f"ckpt-{step}"), name, step, CARRY[objective], st.protocol())
     if name == "sft_s1":
@@ -305,7 +305,7 @@ def p_finished(st: Study, objective: str, seed: int) -> bool:
     name = f"{objective}_s{seed}"
     folder = os.path.join(st.out, name)
     steps = {int(f.split("_")[1]) for f in os.listdir(folder) if f.startswith("step_")} if os.path.isdir(folder) else set()
-    return any(all(os.path.exists(mini_report.result_path(st.out, name, step, tau, where)) for where, tau in st.protocol())
+    return any(all(os.path.exists(store.result_path(st.out, name, step, tau, where)) for where, tau in st.protocol())
                for step in steps)
 
 
@@ -331,8 +331,8 @@ def v2_args(st: Study, seed: int, lr: float) -> list[str]:
 def trajectory_job(st: Study, name: str, objective: str, lr: float, extra: list[str], say) -> None:
     """Train, then decode every checkpoint on validation and the last on the test tasks at tau 0.85."""
     run = train(st, f"config/fastdllm_mini2_{objective}.py", name, v2_args(st, 1, lr) + extra, say)
-    mini_study.keep_log(run, name, argparse.Namespace(out=st.out))
-    steps = mini_study.kept_steps(run)
+    store.keep_log(run, name, st.out)
+    steps = store.kept_steps(run)
     for step in steps:
         say(f"decoding checkpoint {step} on validation")
         decode(st, os.path.join(run, f"ckpt-{step}"), name, step, CARRY[objective], [VAL])
@@ -342,7 +342,7 @@ def trajectory_job(st: Study, name: str, objective: str, lr: float, extra: list[
 def variant_job(st: Study, name: str, objective: str, seed: int, lr: float, extra, say) -> None:
     """Train, then decode the checkpoint of lowest validation loss (v2's rule) on test and validation at tau 0.85."""
     run = train(st, f"config/fastdllm_mini2_{objective}.py", name, v2_args(st, seed, lr) + extra(), say)
-    mini_study.keep_log(run, name, argparse.Namespace(out=st.out))
+    store.keep_log(run, name, st.out)
     step = mini_study_v2.chosen_step(run)
     say(f"trained; validation chose step {step}; decoding")
     decode(st, os.path.join(run, f"ckpt-{step}"), name, step, CARRY[objective], [("test", 0.85), VAL])
@@ -350,7 +350,7 @@ def variant_job(st: Study, name: str, objective: str, seed: int, lr: float, extr
 
 def relay_rows(st: Study) -> int:
     """The distinct rows T's Relay seed 1 took by its last step, from its kept log."""
-    rows = mini_report.read_metrics(os.path.join(st.out, "relay_s1", "train_metrics.jsonl"))
+    rows = store.read_metrics(os.path.join(st.out, "relay_s1", "train_metrics.jsonl"))
     if "distinct_rows" not in rows[-1]:
         raise SystemExit(f"{st.out}/relay_s1/train_metrics.jsonl: distinct_rows: not logged (train_fastdllm.py logs it)")
     return rows[-1]["distinct_rows"]
@@ -361,7 +361,7 @@ def t_jobs(st: Study) -> list["Job"]:
     long = ["--max_iters=900", "--lr_decay_iters=900", "--save_interval=150"] if "smoke" not in st.runs else \
         ["--max_iters=6", "--lr_decay_iters=6", "--save_interval=2"]
     relay_logged = lambda: os.path.exists(os.path.join(st.out, "relay_s1", "train_metrics.jsonl")) and \
-        mini_report.read_jsonl(os.path.join(st.out, "relay_s1", "train_metrics.jsonl"))[-1]["step"] >= steps  # noqa: E731
+        store.read_jsonl(os.path.join(st.out, "relay_s1", "train_metrics.jsonl"))[-1]["step"] >= steps  # noqa: E731
     jobs = [Job("v3t relay_s1", lambda say: trajectory_job(st, "relay_s1", "relay", V2_RATE["relay"], [], say),
                 done=lambda: t_finished(st, "relay_s1")),
             Job("v3t sft_s1", lambda say: trajectory_job(st, "sft_s1", "sft", V2_RATE["sft"], [], say),
