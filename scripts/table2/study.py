@@ -250,7 +250,7 @@ def regime(st: Study) -> dict | None:
     sft = store.result_path(st.out, "sft_s1", 200 if "smoke" not in st.runs else 4, 0.85, "val")
     if not os.path.exists(base):
         return None
-    check = {"b3_val_plus": plus(store.read_kept(base)), "sft_s1_val_plus": None, "passed": None}
+    check = {"b3_val_plus": plus(store.read_kept(base)), "b3_needs": st.capable, "sft_s1_val_plus": None, "passed": None}
     if check["b3_val_plus"] < st.capable:
         check["passed"] = False
     elif os.path.exists(sft):
