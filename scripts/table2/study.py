@@ -177,10 +177,25 @@ def forget_other_model(path: str, model_dir: str) -> None:
     """A kept decoding of another model under this name (a run trained again on another machine, whose run folder
     was not carried) is moved aside, so that every result follows the run that goes on."""
     if os.path.exists(path) and store.read_kept(path).get("model_digest") != model_digest(model_dir):
-        aside = os.path.join(os.path.dirname(path), "other_runs")
-        os.makedirs(aside, exist_ok=True)
-        os.replace(path, os.path.join(aside, os.path.basename(path)))
-        print(f"{path} decoded another run's checkpoint (moved to {aside}/): decoding it again", flush=True)
+        move_aside(path, "decoded another run's checkpoint")
+
+
+def forget_unreached(st: Study, name: str, run: str) -> None:
+    """Kept decodings of a run at steps its folder holds no checkpoint of (step 0 is the model it starts from) came
+    from an earlier run of it, whose folder was lost: moved aside before the run goes on, so that no reader mixes
+    two runs while this one catches up."""
+    folder = os.path.join(st.out, name)
+    for file in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        step = file.split("_")[1] if file.startswith("step_") else ""
+        if step.isdigit() and int(step) > 0 and not os.path.isdir(os.path.join(run, f"ckpt-{step}")):
+            move_aside(os.path.join(folder, file), f"decoded a checkpoint {run} does not hold")
+
+
+def move_aside(path: str, why: str) -> None:
+    aside = os.path.join(os.path.dirname(path), "other_runs")
+    os.makedirs(aside, exist_ok=True)
+    os.replace(path, os.path.join(aside, os.path.basename(path)))
+    print(f"{path} {why} (moved to {aside}/): decoding it again", flush=True)
 
 
 def plus(record: dict) -> float:
@@ -209,6 +224,7 @@ def b3_job(st: Study, say) -> None:
     checkpoint it stops at (bf16), its trace in --out/b3.json, and the base row's decodings. It saves every 25 steps
     (a killed B3 resumes with little lost; the saves do not change its training)."""
     base = "reference/mini2/adapt" if "smoke" not in st.runs else mini_study_v2.parse_args(["--smoke"]).kept + "/adapt"
+    forget_unreached(st, "b3", os.path.join(st.runs, "b3"))
     p = {0: plus(decode(st, base, "b3", 0, False, [VAL])[0])}
     s = None
     while (stop := plateau(p, st.b3_every, st.b3_cap)) is None:
