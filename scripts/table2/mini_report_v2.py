@@ -1,8 +1,10 @@
-"""The report of Table 2 in miniature v2 (scripts/table2/mini_study_v2.py), from the kept result JSONs alone.
+"""The report of Table 2 in miniature v2 and v3 (scripts/table2/mini_study_v2.py, study.py), from the kept result JSONs
+alone; v3's part T has its own (trajectory_report).
 
     python scripts/table2/mini_study_v2.py --report_only     # same as: python scripts/table2/mini_report_v2.py results/mini_study_v2
+    python scripts/table2/study.py --study=v3,v3t --report_only
 
-The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md):
+The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md, docs/table2_v3_protocol.md):
 - primary: mean NFE per test task at tau 0.85, Relay - SFT, its 95% interval over the seed pairs (a t interval of the
   per-seed differences; seed s of both methods starts from the same model and reads the rows in the same order);
   decisive when the interval's half-width is under 10% of SFT's mean NFE, a verdict read at PAIRS seed pairs (before,
@@ -10,7 +12,8 @@ The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md
 - secondary: pass@1 plus at tau 0.85 (Relay non-inferior when the interval's lower end is above -5 points), and
   pass@1 plus at matched NFE along the tau sweep (per-task paired s.e., seed s.d.).
 Also: the same at tau 0.85 in the held-out wording, validation pass@1, the chosen steps, the cost per step and the
-share of clipped steps, and the accuracy-NFE frontier figure.
+share of clipped steps, where NFE differences come from, rows seen, B3's trace and regime check (v3), and the
+accuracy-NFE frontier figure.
 """
 import math
 import os
@@ -27,7 +30,7 @@ PAIRS = 6  # the seed pairs the protocol reads its verdict at (fewer give an int
 TASKS = {"test": 400, "reworded": 400, "val": 200}  # the tasks each protocol decodes (v2 and v3)
 METHODS = {"base": "Fast-dLLM v2 (stage B)", "sft": "Vanilla SFT", "relay": "Relay", "rollout": "Rollout",
            "relay_sg": "Relay (sg)"}
-# two-sided 95% quantiles of Student's t, by degrees of freedom (tests/test_mini_report_v2.py integrates the density)
+# two-sided 95% quantiles of Student's t, by degrees of freedom (tests/test_mini_study_v2.py integrates the density)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
 
