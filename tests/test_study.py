@@ -103,6 +103,8 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     for step in (0, 100, 200):  # an earlier run's decodings; this run's folder holds ckpt-100 only
         open(study.store.result_path(st.out, "b3", step, 0.85, "val"), "w").write(json.dumps(record))
     os.makedirs(tmp_path / "runs" / "b3" / "ckpt-100")
+    (tmp_path / "runs" / "b3" / "ckpt-100" / "manifest.json").write_text('{"files": {}}')  # a complete checkpoint
+    os.makedirs(tmp_path / "runs" / "b3" / "ckpt-200")  # one cut short while it was saved: not reached
     study.forget_unreached(st, "b3", str(tmp_path / "runs" / "b3"))
     assert sorted(os.listdir(os.path.join(st.out, "b3"))) == ["other_runs", "step_0_val_tau_0.85.json",
                                                                "step_100_val_tau_0.85.json"]

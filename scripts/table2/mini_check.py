@@ -4,8 +4,8 @@
 
 The kept checkpoints of the v2 miniature study (scripts/table2/mini_study_v2.py, reference/mini2/: the adapted
 base model and the seed-1 Vanilla SFT and Relay fine-tunes, bf16, each verified against its manifest) decode the
-first --n test tasks of held-out compositions (fastdllm.mini_data_v2.test_tasks, rebuilt here, no corpus needed) with eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry),
-judged in the sandbox. Prints Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what
+first --n test tasks of held-out compositions (fastdllm.mini_data_v2.test_tasks, rebuilt here, no corpus needed)
+with eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry), judged in the sandbox. Prints Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what
 the study measured on the same tasks (its results/ folder), so the two can be compared.
 """
 import argparse

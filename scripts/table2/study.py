@@ -184,10 +184,10 @@ def forget_unreached(st: Study, name: str, run: str) -> None:
     """Kept decodings of a run at steps its folder holds no checkpoint of (step 0 is the model it starts from) came
     from an earlier run of it, whose folder was lost: moved aside before the run goes on, so that no reader mixes
     two runs while this one catches up."""
-    folder = os.path.join(st.out, name)
+    folder, reached = os.path.join(st.out, name), {0, *store.kept_steps(run)}
     for file in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         step = file.split("_")[1] if file.startswith("step_") else ""
-        if step.isdigit() and int(step) > 0 and not os.path.isdir(os.path.join(run, f"ckpt-{step}")):
+        if step.isdigit() and int(step) not in reached:
             move_aside(os.path.join(folder, file), f"decoded a checkpoint {run} does not hold")
 
 
