@@ -84,7 +84,8 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     """A run trained again elsewhere (its run folder not carried, e.g. B3): a kept decoding whose model digest is not
     this run's checkpoint is moved aside, so every result follows the run that goes on; one of this checkpoint stays.
     Decodings of steps the run has not reached again are moved aside before it goes on. Bugs checked: a kept result
-    read whatever model it decoded (B3's trace would mix two runs); an earlier run's later steps left in place."""
+    read whatever model it decoded (B3's trace would mix two runs); an earlier run's later steps left in place; a
+    second lost run's decodings overwrote the first's in other_runs/."""
     st = study.Study("v3", "data", "pins", (), str(tmp_path / "runs"), str(tmp_path / "out"))
     ckpt = tmp_path / "ckpt-100"
     ckpt.mkdir()
@@ -98,7 +99,7 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     assert os.path.exists(path)  # this run's own decoding stays
     (ckpt / "manifest.json").write_text('{"files": {"x": "y"}}')  # another checkpoint 100
     study.forget_other_model(path, str(ckpt))
-    assert not os.path.exists(path) and os.listdir(os.path.join(st.out, "b3", "other_runs")) == [os.path.basename(path)]
+    assert not os.path.exists(path) and os.listdir(os.path.join(st.out, "b3", "other_runs", "1")) == [os.path.basename(path)]
     assert study.store.load(st.out) == []  # the moved file is no result of the study
     for step in (0, 100, 200):  # an earlier run's decodings; this run's folder holds ckpt-100 only
         open(study.store.result_path(st.out, "b3", step, 0.85, "val"), "w").write(json.dumps(record))
@@ -108,6 +109,10 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     study.forget_unreached(st, "b3", str(tmp_path / "runs" / "b3"))
     assert sorted(os.listdir(os.path.join(st.out, "b3"))) == ["other_runs", "step_0_val_tau_0.85.json",
                                                                "step_100_val_tau_0.85.json"]
+    open(path, "w").write(json.dumps(study.store.stamp({**record, "nfe": [31]})))  # a second lost run's step 100
+    study.forget_other_model(path, str(ckpt))  # goes beside the first's, which stays as it was
+    assert [json.load(open(os.path.join(st.out, "b3", "other_runs", n, os.path.basename(path))))["nfe"]
+            for n in ("1", "2")] == [[30], [31]] and not os.path.exists(path)
 
 
 def test_t_s_long_run_waits_for_every_p_job(tmp_path):

@@ -192,7 +192,12 @@ def forget_unreached(st: Study, name: str, run: str) -> None:
 
 
 def move_aside(path: str, why: str) -> None:
-    aside = os.path.join(os.path.dirname(path), "other_runs")
+    """Into other_runs/<n>/, n the first earlier run with no decoding of that name: each lost run's record is kept
+    whole, in the order the runs were made (a second lost run must not overwrite the first's)."""
+    n = 1
+    while os.path.exists(os.path.join(aside := os.path.join(os.path.dirname(path), "other_runs", str(n)),
+                                      os.path.basename(path))):
+        n += 1
     os.makedirs(aside, exist_ok=True)
     os.replace(path, os.path.join(aside, os.path.basename(path)))
     print(f"{path} {why} (moved to {aside}/): decoding it again", flush=True)
@@ -473,7 +478,7 @@ def run_lanes(jobs: list[Job], lanes: int) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--study", default="v3", help="v3 (part P), v3t (part T), or both: v3,v3t")
-    p.add_argument("--lanes", type=int, default=2, help="jobs at once, one core each")
+    p.add_argument("--lanes", type=int, default=2, help="jobs at once, sharing the cores (2 lanes on 2 cores: one each)")
     p.add_argument("--smoke", action="store_true", help="toy sizes in runs/mini3-smoke (needs the v2 smoke's stage B)")
     p.add_argument("--report_only", action="store_true", help="the reports from the kept results alone")
     args = p.parse_args(argv)
@@ -496,7 +501,7 @@ def main(argv: list[str] | None = None) -> None:
             locks.append(common.acquire_lock(st.runs))  # a second study on these folders stops here, in one line
         for st in parts:
             prepare(st, args.smoke)
-        os.environ["OMP_NUM_THREADS"] = "1"
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))  # the cores, shared by lanes
         run_lanes(queue(parts), args.lanes)
     finally:
         for path in locks:
