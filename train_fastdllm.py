@@ -56,8 +56,8 @@ RESUME_RULES = common.ResumeRules(
                   "allow_unverified", "pin", "log_interval", "val_data", "val_interval", "device", "gradient_checkpointing",
                   "effective_batch"),
     # the model's shape, the saved shards' layout and the rollout buffer's (batch, length) only fit these
-    fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "data_rows", "dtype", "deepspeed",
-           "zero_persistence_threshold"))
+    fixed=("objective", "init_from", "bd_size", "device_batch_size", "max_length", "pad_to", "data", "data_rows",
+           "data_start", "dtype", "deepspeed", "zero_persistence_threshold"))
 # config keys renamed to train_sudoku.py's vocabulary: a resume state written before reads under the new names
 RENAMED_KEYS = {"batch_size": "device_batch_size", "threshold": "train_tau"}
 
@@ -69,6 +69,8 @@ class TrainConfig:
     init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
     data: str = "data/sft/train.jsonl"  # `python -m fastdllm.data` output, or "toy" (synthetic chats)
     data_rows: int = 0  # train on only the first data_rows rows of data, epoch after epoch (0 = every row)
+    data_start: int = 0  # the loader's first global sample position: a run that goes on from another run's saved
+    # model reads on in that run's row order (its steps x rows per step) instead of from the first row
     resume: bool = False  # continue from out_dir/resume (model, optimizer, step, RNG, data position, buffer)
     overwrite: bool = False  # start afresh in an out_dir that holds a run, deleting its ckpt-*, resume and metrics.jsonl
     allow_config_change: bool = False  # resume with changed hyperparameters (recorded in the config's history)
@@ -525,7 +527,8 @@ def check_ranges(cfg: TrainConfig) -> None:
     for key in ("K", "bd_size", "max_length", "device_batch_size", "gradient_accumulation_steps", "max_iters",
                 "log_interval", "lr_decay_iters"):
         need(getattr(cfg, key) >= 1, key, ">= 1")
-    for key in ("pad_to", "effective_batch", "warmup_iters", "zero_persistence_threshold", "seed", "val_interval", "data_rows"):
+    for key in ("pad_to", "effective_batch", "warmup_iters", "zero_persistence_threshold", "seed", "val_interval", "data_rows",
+                "data_start"):
         need(getattr(cfg, key) >= 0, key, ">= 0")
     need(cfg.save_interval >= -1, "save_interval", ">= -1 (-1: never save, 0: at the end)")
     need(cfg.K <= 8, "K", "<= 8 (the paper uses 2)")
@@ -630,6 +633,7 @@ def setup(cfg: TrainConfig) -> FastdllmRun:
         batches = Batches(rows, cfg.device_batch_size, rank, world, cfg.seed)
     except ValueError as e:
         raise SystemExit(f"train_fastdllm.py: {e}")
+    batches.pos = cfg.data_start  # a resume sets it again, from the saved state
     mask_id = model.config.mask_token_id
     buffer = RolloutBuffer(cfg.device_batch_size, mask_id=mask_id) if cfg.objective != "sft" else None
     policy = partial(block_confidence_unmask, threshold=cfg.train_tau, block_size=cfg.bd_size)

@@ -1,7 +1,7 @@
 # Table 2 in miniature v3, B3: v2's stage B (reference/mini2/adapt) trained on with the Fast-dLLM v2 objective on a
 # mixture of 3,929 docstring pairs and 30,000 task rows of training compositions (python -m fastdllm.mini_data_v2
 # --n_adapt_tasks=30000 --out_dir=data/mini3: adapt.jsonl), until its validation pass@1 plateaus
-# (docs/table2_v3_protocol.md). The study extends max_iters 100 steps at a time and decodes each checkpoint.
+# (docs/table2_v3_protocol.md). The study trains it in stages of 200 steps and decodes every 100th checkpoint.
 #   python train_fastdllm.py config/fastdllm_mini3_b3.py --max_iters=100    # one core: 8 x 4 = 32 rows per step
 import os
 exec(open(os.path.join(os.path.dirname(__file__), "base_fastdllm_mini.py")).read())

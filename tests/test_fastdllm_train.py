@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -602,6 +603,20 @@ def test_data_rows_limits_the_rows_trained_on(tmp_path):
     assert [r["distinct_rows"] for r in _records(tmp_path / "run" / "metrics.jsonl")] == [3, 3]
     with pytest.raises(SystemExit, match="data_rows=7 but .* holds 6 rows"):
         _run(tmp_path / "run2", "--max_iters=1", "--data_rows=7", *args)
+
+
+def test_data_start_reads_on_in_the_row_order(tmp_path, monkeypatch):
+    """data_start=4, 4 rows per step, seed 7: the first step trains on rows 4-7 of epoch 0's permutation (numpy's
+    generator seeded [seed, epoch], written out here), the rows an unstarted run takes at its second step. Bug
+    checked: data_start ignored (the run reads rows 0-3 again)."""
+    os.chdir(ROOT)
+    _rows_file(tmp_path / "rows.jsonl", n=12)
+    real_step, runs_seen = T.train_step, []
+    monkeypatch.setattr(T, "train_step", lambda run, step: runs_seen.append(run) or real_step(run, step))
+    _run(tmp_path / "run", "--objective=sft", "--max_iters=1", "--save_interval=0", "--device=cpu", "--seed=7",
+         f"--data={tmp_path / 'rows.jsonl'}", "--device_batch_size=2", "--gradient_accumulation_steps=2",
+         "--data_start=4")
+    assert runs_seen[-1].ledger.seen == set(np.random.default_rng([7, 0]).permutation(12)[4:8].tolist())
 
 
 def test_init_from_passes_its_pin_to_the_loader(tmp_path, capsys):

@@ -2,6 +2,7 @@
 second study on the same folders refused in one line (v2's driver too)."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -106,13 +107,87 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     os.makedirs(tmp_path / "runs" / "b3" / "ckpt-100")
     (tmp_path / "runs" / "b3" / "ckpt-100" / "manifest.json").write_text('{"files": {}}')  # a complete checkpoint
     os.makedirs(tmp_path / "runs" / "b3" / "ckpt-200")  # one cut short while it was saved: not reached
-    study.forget_unreached(st, "b3", str(tmp_path / "runs" / "b3"))
+    study.forget_unreached(st, "b3", set(study.store.kept_steps(str(tmp_path / "runs" / "b3"))))
     assert sorted(os.listdir(os.path.join(st.out, "b3"))) == ["other_runs", "step_0_val_tau_0.85.json",
                                                                "step_100_val_tau_0.85.json"]
     open(path, "w").write(json.dumps(study.store.stamp({**record, "nfe": [31]})))  # a second lost run's step 100
     study.forget_other_model(path, str(ckpt))  # goes beside the first's, which stays as it was
     assert [json.load(open(os.path.join(st.out, "b3", "other_runs", n, os.path.basename(path))))["nfe"]
             for n in ("1", "2")] == [[30], [31]] and not os.path.exists(path)
+
+
+def fake_b3(tmp_path, monkeypatch, val_plus: dict[int, float], trained: list, keeps: list):
+    """A Study whose training makes empty complete checkpoints (each call recorded in trained) and whose validation
+    decoding of B3's step s keeps val_plus[s] as a kept result would (keeping a copy: recorded in keeps): b3_job's
+    staging without any model."""
+    st = study.Study("v3", "data", "pins", (), str(tmp_path / "runs"), str(tmp_path / "out"))
+    st.b3_every, st.b3_stage, st.b3_rows = 100, 200, 32
+    monkeypatch.setattr(study, "kept_b3", lambda st: str(tmp_path / "kept" / "b3"))
+
+    def train(st, config, name, args, say, max_iters=None):
+        trained.append((name, max_iters, [a for a in args if a.startswith(("--init_from", "--data_start"))]))
+        for step in range(25, max_iters + 1, 25):
+            os.makedirs(os.path.join(st.runs, name, f"ckpt-{step}"), exist_ok=True)
+            open(os.path.join(st.runs, name, f"ckpt-{step}", "manifest.json"), "w").write(f'{{"s": {step}}}')
+        open(os.path.join(st.runs, name, "metrics.jsonl"), "w").write("{}")
+        return os.path.join(st.runs, name)
+
+    def decode(st, model_dir, name, step, carry, jobs):
+        path = study.store.result_path(st.out, name, step, 0.85, "val")
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").write(json.dumps({"plus": [1] * int(val_plus[step]) + [0] * (100 - int(val_plus[step]))}))
+        return [json.load(open(path))]
+
+    def keep(src, dst, step=None):
+        keeps.append((src, dst, step))
+        os.makedirs(dst, exist_ok=True)
+        open(os.path.join(dst, "manifest.json"), "w").write(json.dumps({"from": src}))
+
+    monkeypatch.setattr(study, "train", train)
+    monkeypatch.setattr(study, "decode", decode)
+    monkeypatch.setattr(study.store, "keep", keep)
+    monkeypatch.setattr(study.store, "read_kept", lambda path: json.load(open(path)))
+    monkeypatch.setattr(study, "regime", lambda st: {"passed": None})
+    return st
+
+
+def test_b3_trains_in_stages_that_a_new_machine_goes_on_from(tmp_path, monkeypatch):
+    """B3 rising to step 400, then flat (plateau stop at 600, stages of 200): stage 1 from stage B, stages 2 and 3
+    each from the kept copy of the stage before, reading on at row 200 x 32 x (stage - 1), trained to their own
+    step 200; stage ends are kept (with B3's step) while B3 goes on, not at its stop, and removed once B3 is kept.
+    Then a new machine (no run folders) that holds the kept stages of 200 and 400: nothing of them is trained again.
+    Bugs checked: a stage started from its own run's checkpoint, or from row 0; a lost run folder trained again from
+    step 0; the stop kept as a stage too; stage copies left beside the kept B3."""
+    trained, keeps = [], []
+    val_plus = {0: 5, 100: 10, 200: 14, 300: 19, 400: 20, 500: 20, 600: 20}
+    st = fake_b3(tmp_path, monkeypatch, val_plus, trained, keeps)
+    study.b3_job(st, say=lambda text: None)
+    kept = str(tmp_path / "kept" / "b3")
+    assert json.load(open(os.path.join(st.out, "b3.json")))["stop"] == 600
+    assert trained == [("b3", 100, ["--init_from=reference/mini2/adapt"]), ("b3", 200, ["--init_from=reference/mini2/adapt"]),
+                       ("b3_from_200", 100, [f"--init_from={kept}_stage_200", "--data_start=6400"]),
+                       ("b3_from_200", 200, [f"--init_from={kept}_stage_200", "--data_start=6400"]),
+                       ("b3_from_400", 100, [f"--init_from={kept}_stage_400", "--data_start=12800"]),
+                       ("b3_from_400", 200, [f"--init_from={kept}_stage_400", "--data_start=12800"]),
+                       ("b3_from_400", 200, [f"--init_from={kept}_stage_400", "--data_start=12800"])]
+    runs_dir = st.runs
+    assert keeps == [(f"{runs_dir}/b3/ckpt-200", f"{kept}_stage_200", 200),
+                     (f"{runs_dir}/b3_from_200/ckpt-200", f"{kept}_stage_400", 400),
+                     (f"{runs_dir}/b3_from_400/ckpt-200", kept, 600)]
+    assert os.listdir(tmp_path / "kept") == ["b3"]
+    assert sorted(os.listdir(os.path.join(st.out, "b3"))) == [
+        "stage_0", "stage_200", "stage_400", *(f"step_{s}_val_tau_0.85.json" for s in (0, 100, 200, 300, 400, 500, 600))]
+    # a new machine while stage 3 trained: only what the repository keeps (the stages of 200 and 400, decodings)
+    for gone in (st.runs, kept, os.path.join(st.out, "b3.json"), study.store.result_path(st.out, "b3", 600, 0.85, "val")):
+        shutil.rmtree(gone) if os.path.isdir(gone) else os.remove(gone)
+    for end in (200, 400):
+        os.makedirs(f"{kept}_stage_{end}")
+        open(f"{kept}_stage_{end}/manifest.json", "w").write("{}")
+    trained.clear()
+    study.b3_job(st, say=lambda text: None)
+    assert [t[:2] for t in trained] == [("b3_from_400", 100), ("b3_from_400", 200), ("b3_from_400", 200)]
+    assert "step_500_val_tau_0.85.json" in os.listdir(os.path.join(st.out, "b3", "other_runs", "1"))  # stage 3's, lost
 
 
 def test_t_s_long_run_waits_for_every_p_job(tmp_path):

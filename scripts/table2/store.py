@@ -270,13 +270,13 @@ def manifest_step(ckpt_dir: str) -> int:
     return manifest["step"]
 
 
-def keep(src: str, dst: str) -> None:
+def keep(src: str, dst: str, step: int | None = None) -> None:
     """A bf16 copy of the checkpoint directory src at dst (config, weights, tokenizer, manifest), written beside
-    and swapped in: what the next stage starts from, and what the repository keeps. Skipped when dst already
-    holds src's step (a resumed study)."""
+    and swapped in: what the next stage starts from, and what the repository keeps. Its manifest holds step (that
+    of a run made in stages), else src's. Skipped when dst already holds that step (a resumed study)."""
     import torch
     from fastdllm.model import load_fastdllm, save_fastdllm
-    step = manifest_step(src)
+    step = manifest_step(src) if step is None else step
     if is_complete(dst) and manifest_step(dst) == step:
         verify_kept(dst)
         return print(f"{dst} holds step {step} already, kept")

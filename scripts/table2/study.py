@@ -14,6 +14,7 @@ and of its whole content (scripts/table2/store.py: stamp).
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -46,6 +47,8 @@ class Study:
     val_tasks: int = 200
     b3_every: int = 100  # B3: steps between validation decodings
     b3_cap: int = 2000
+    b3_stage: int = 200  # B3 trains in stages of this many steps (b3_checkpoint)
+    b3_rows: int = 32  # rows per B3 step (config/fastdllm_mini3_b3.py; smoke: SMOKE_FINETUNE's 2 x 2)
     capable: float = 20.0  # regime check (a): B3's validation pass@1 plus, in points (smoke: 0, so the fine-tunes run)
     finetune_args: list[str] = field(default_factory=list)
     device: str = "cpu"
@@ -73,6 +76,7 @@ def study(name: str, smoke: bool) -> Study:
         s.data_dir, s.runs, s.out = f"data/mini3-smoke-{name}", f"runs/mini3-smoke/{name}", f"runs/mini3-smoke/{name}/results"
         s.pins = os.path.join(s.out, "data.json")
         s.taus, s.val_tasks, s.b3_every, s.b3_cap, s.finetune_args = (0.85,), 4, 2, 8, SMOKE_FINETUNE
+        s.b3_stage, s.b3_rows = 4, 4
         s.capable = 0.0
     return s
 
@@ -180,15 +184,15 @@ def forget_other_model(path: str, model_dir: str) -> None:
         move_aside(path, "decoded another run's checkpoint")
 
 
-def forget_unreached(st: Study, name: str, run: str) -> None:
-    """Kept decodings of a run at steps its folder holds no checkpoint of (step 0 is the model it starts from) came
-    from an earlier run of it, whose folder was lost: moved aside before the run goes on, so that no reader mixes
-    two runs while this one catches up."""
-    folder, reached = os.path.join(st.out, name), {0, *store.kept_steps(run)}
+def forget_unreached(st: Study, name: str, reached: set[int]) -> None:
+    """Kept decodings of a run at steps it has not reached (no checkpoint of them in its folder, or a kept stage
+    of them; step 0 is the model it starts from) came from an earlier run of it, whose folder was lost: moved aside
+    before the run goes on, so that no reader mixes two runs while this one catches up."""
+    folder, reached = os.path.join(st.out, name), {0, *reached}
     for file in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         step = file.split("_")[1] if file.startswith("step_") else ""
         if step.isdigit() and int(step) not in reached:
-            move_aside(os.path.join(folder, file), f"decoded a checkpoint {run} does not hold")
+            move_aside(os.path.join(folder, file), "decoded a checkpoint this run has not reached")
 
 
 def move_aside(path: str, why: str) -> None:
@@ -225,30 +229,79 @@ def plateau(p: dict[int, float], every: int, cap: int) -> int | None:
 
 
 def b3_job(st: Study, say) -> None:
-    """Train B3 every steps at a time, decode each checkpoint on validation, stop by the plateau rule; keep the
-    checkpoint it stops at (bf16), its trace in --out/b3.json, and the base row's decodings. It saves every 25 steps
-    (a killed B3 resumes with little lost; the saves do not change its training)."""
-    base = "reference/mini2/adapt" if "smoke" not in st.runs else mini_study_v2.parse_args(["--smoke"]).kept + "/adapt"
-    forget_unreached(st, "b3", os.path.join(st.runs, "b3"))
-    p = {0: plus(decode(st, base, "b3", 0, False, [VAL])[0])}
-    s = None
-    while (stop := plateau(p, st.b3_every, st.b3_cap)) is None:
-        s = max(p) + st.b3_every
-        run = train(st, "config/fastdllm_mini3_b3.py", "b3", [f"--data={st.data_dir}/adapt.jsonl",
-                    f"--val_data={st.data_dir}/val_rows.jsonl", f"--init_from={base}", "--save_interval=25"], say, max_iters=s)
-        p[s] = plus(decode(st, os.path.join(run, f"ckpt-{s}"), "b3", s, False, [VAL])[0])
-        say(f"step {s}: validation pass@1 plus {p[s]:.1f}%")
-    run = os.path.join(st.runs, "b3")
-    runs.write_marker(os.path.join(st.out, "b3.json"), {
-        "rule": "stop at the first s >= 3 x every where the best of p(s - 2 every), p(s - every), p(s) is < 2 points "
-                "above the best earlier p; p = validation pass@1 plus at tau 0.85 (docs/table2_v3_protocol.md)",
-        "every": st.b3_every, "cap": st.b3_cap, "val_plus": {str(k): v for k, v in sorted(p.items())}, "stop": stop})
-    store.keep(os.path.join(run, f"ckpt-{stop}"), kept_b3(st))
-    store.keep_log(run, "base", st.out)
-    say(f"B3 stops at step {stop} ({p[stop]:.1f}% validation plus); decoding the kept B3")
+    """B3 trained and kept (train_b3), then the kept B3 decoded on validation and test as the base row; regime
+    check (a) is read at once."""
+    if not b3_done(st):
+        train_b3(st, say)
+    for end in range(st.b3_stage, last_stage(st) + 1, st.b3_stage):  # B3 is kept: no stage starts from them again
+        shutil.rmtree(b3_stage_copy(st, end))
+    with open(os.path.join(st.out, "b3.json")) as f:
+        stop = json.load(f)["stop"]
+    say(f"decoding the kept B3 (step {stop})")
     decode(st, kept_b3(st), "base", stop, False, [VAL, ("test", 0.85)])
     if (check := regime(st))["passed"] is False:  # (a) failed: no fine-tune starts from this B3
         runs.write_marker(os.path.join(st.out, "regime.json"), check)
+
+
+def train_b3(st: Study, say) -> None:
+    """Train B3 every steps at a time in stages (b3_checkpoint), decode each checkpoint on validation, stop by the
+    plateau rule; keep its trace in --out/b3.json and the checkpoint it stops at (bf16). A stage's end is kept in
+    bf16 (b3_stage_copy) when B3 goes on past it: what the next stage starts from, on this machine or another;
+    each stage's log is kept in --out/b3/stage_<start>/."""
+    base = "reference/mini2/adapt" if "smoke" not in st.runs else mini_study_v2.parse_args(["--smoke"]).kept + "/adapt"
+    done = last_stage(st)
+    forget_unreached(st, "b3", set(range(done + 1)) | {done + s for s in store.kept_steps(stage_run(st, done))})
+    p = {0: plus(decode(st, base, "b3", 0, False, [VAL])[0])}
+    while (stop := plateau(p, st.b3_every, st.b3_cap)) is None:
+        s = max(p) + st.b3_every
+        if s <= done:  # a kept stage's decoding: its run folder may have gone with its machine
+            p[s] = plus(store.read_kept(store.result_path(st.out, "b3", s, 0.85, "val")))
+            continue
+        ckpt = b3_checkpoint(st, s, base, say)
+        p[s] = plus(decode(st, ckpt, "b3", s, False, [VAL])[0])
+        say(f"step {s}: validation pass@1 plus {p[s]:.1f}%")
+        if s % st.b3_stage == 0 and plateau(p, st.b3_every, st.b3_cap) is None:
+            store.keep(ckpt, b3_stage_copy(st, s), step=s)
+            store.keep_log(os.path.dirname(ckpt), f"b3/stage_{s - st.b3_stage}", st.out)
+    ckpt = b3_checkpoint(st, stop, base, say)
+    store.keep_log(os.path.dirname(ckpt), f"b3/stage_{(stop - 1) // st.b3_stage * st.b3_stage}", st.out)
+    runs.write_marker(os.path.join(st.out, "b3.json"), {
+        "rule": "stop at the first s >= 3 x every where the best of p(s - 2 every), p(s - every), p(s) is < 2 points "
+                "above the best earlier p; p = validation pass@1 plus at tau 0.85 (docs/table2_v3_protocol.md)",
+        "every": st.b3_every, "cap": st.b3_cap, "stage": st.b3_stage,
+        "val_plus": {str(k): v for k, v in sorted(p.items())}, "stop": stop})
+    store.keep(ckpt, kept_b3(st), step=stop)
+    say(f"B3 stops at step {stop} ({p[stop]:.1f}% validation plus)")
+
+
+def b3_checkpoint(st: Study, s: int, base: str, say) -> str:
+    """B3's checkpoint at step s, its stage trained as far as s needs. Stage k holds steps (k - 1) n + 1 ... k n
+    (n = st.b3_stage, one session of these machines): the first starts from base, each later one from the kept
+    bf16 copy of the stage before with a fresh optimizer and warm-up, and reads on in the mixture's row order."""
+    start = (s - 1) // st.b3_stage * st.b3_stage
+    args = [f"--data={st.data_dir}/adapt.jsonl", f"--val_data={st.data_dir}/val_rows.jsonl", "--save_interval=25",
+            f"--init_from={b3_stage_copy(st, start) if start else base}"]
+    if start:
+        args.append(f"--data_start={start * st.b3_rows}")
+    run = train(st, "config/fastdllm_mini3_b3.py", os.path.basename(stage_run(st, start)), args, say,
+                max_iters=s - start)
+    return os.path.join(run, f"ckpt-{s - start}")
+
+
+def stage_run(st: Study, start: int) -> str:
+    return os.path.join(st.runs, "b3" if start == 0 else f"b3_from_{start}")
+
+
+def b3_stage_copy(st: Study, end: int) -> str:
+    return f"{kept_b3(st)}_stage_{end}"
+
+
+def last_stage(st: Study) -> int:
+    """The last step of B3 whose stage is kept (0: none yet)."""
+    end = 0
+    while store.is_complete(b3_stage_copy(st, end + st.b3_stage)):
+        end += st.b3_stage
+    return end
 
 
 def b3_done(st: Study) -> bool:
