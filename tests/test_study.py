@@ -118,8 +118,8 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
 
 def fake_b3(tmp_path, monkeypatch, val_plus: dict[int, float], trained: list, keeps: list):
     """A Study whose training makes empty complete checkpoints (each call recorded in trained) and whose validation
-    decoding of B3's step s keeps val_plus[s] as a kept result would (keeping a copy: recorded in keeps): b3_job's
-    staging without any model."""
+    decoding of B3's step s keeps val_plus[s] as a kept result would (keeping a copy: recorded in keeps, with what the
+    copy's folder held before): b3_job's staging without any model."""
     st = study.Study("v3", "data", "pins", (), str(tmp_path / "runs"), str(tmp_path / "out"))
     st.b3_every, st.b3_stage, st.b3_rows = 100, 200, 32
     monkeypatch.setattr(study, "kept_b3", lambda st: str(tmp_path / "kept" / "b3"))
@@ -140,7 +140,7 @@ def fake_b3(tmp_path, monkeypatch, val_plus: dict[int, float], trained: list, ke
         return [json.load(open(path))]
 
     def keep(src, dst, step=None):
-        keeps.append((src, dst, step))
+        keeps.append((src, dst, step, sorted(os.listdir(os.path.dirname(dst))) if os.path.isdir(os.path.dirname(dst)) else []))
         os.makedirs(dst, exist_ok=True)
         open(os.path.join(dst, "manifest.json"), "w").write(json.dumps({"from": src}))
 
@@ -155,10 +155,10 @@ def fake_b3(tmp_path, monkeypatch, val_plus: dict[int, float], trained: list, ke
 def test_b3_trains_in_stages_that_a_new_machine_goes_on_from(tmp_path, monkeypatch):
     """B3 rising to step 400, then flat (plateau stop at 600, stages of 200): stage 1 from stage B, stages 2 and 3
     each from the kept copy of the stage before, reading on at row 200 x 32 x (stage - 1), trained to their own
-    step 200; stage ends are kept (with B3's step) while B3 goes on, not at its stop, and removed once B3 is kept.
-    Then a new machine (no run folders) that holds the kept stages of 200 and 400: nothing of them is trained again.
+    step 200; stage ends are kept (with B3's step) while B3 goes on, not at its stop, each removed once a later one
+    or B3 is kept. Then a new machine (no run folders) that holds the kept stage of 400: nothing of it is trained again.
     Bugs checked: a stage started from its own run's checkpoint, or from row 0; a lost run folder trained again from
-    step 0; the stop kept as a stage too; stage copies left beside the kept B3."""
+    step 0; the stop kept as a stage too; a stage copy left beside a later one or the kept B3."""
     trained, keeps = [], []
     val_plus = {0: 5, 100: 10, 200: 14, 300: 19, 400: 20, 500: 20, 600: 20}
     st = fake_b3(tmp_path, monkeypatch, val_plus, trained, keeps)
@@ -172,18 +172,17 @@ def test_b3_trains_in_stages_that_a_new_machine_goes_on_from(tmp_path, monkeypat
                        ("b3_from_400", 200, [f"--init_from={kept}_stage_400", "--data_start=12800"]),
                        ("b3_from_400", 200, [f"--init_from={kept}_stage_400", "--data_start=12800"])]
     runs_dir = st.runs
-    assert keeps == [(f"{runs_dir}/b3/ckpt-200", f"{kept}_stage_200", 200),
-                     (f"{runs_dir}/b3_from_200/ckpt-200", f"{kept}_stage_400", 400),
-                     (f"{runs_dir}/b3_from_400/ckpt-200", kept, 600)]
+    assert keeps == [(f"{runs_dir}/b3/ckpt-200", f"{kept}_stage_200", 200, []),
+                     (f"{runs_dir}/b3_from_200/ckpt-200", f"{kept}_stage_400", 400, ["b3_stage_200"]),
+                     (f"{runs_dir}/b3_from_400/ckpt-200", kept, 600, ["b3_stage_400"])]
     assert os.listdir(tmp_path / "kept") == ["b3"]
     assert sorted(os.listdir(os.path.join(st.out, "b3"))) == [
         "stage_0", "stage_200", "stage_400", *(f"step_{s}_val_tau_0.85.json" for s in (0, 100, 200, 300, 400, 500, 600))]
-    # a new machine while stage 3 trained: only what the repository keeps (the stages of 200 and 400, decodings)
+    # a new machine while stage 3 trained: only what the repository keeps (the stage of 400, decodings)
     for gone in (st.runs, kept, os.path.join(st.out, "b3.json"), study.store.result_path(st.out, "b3", 600, 0.85, "val")):
         shutil.rmtree(gone) if os.path.isdir(gone) else os.remove(gone)
-    for end in (200, 400):
-        os.makedirs(f"{kept}_stage_{end}")
-        open(f"{kept}_stage_{end}/manifest.json", "w").write("{}")
+    os.makedirs(f"{kept}_stage_400")
+    open(f"{kept}_stage_400/manifest.json", "w").write("{}")
     trained.clear()
     study.b3_job(st, say=lambda text: None)
     assert [t[:2] for t in trained] == [("b3_from_400", 100), ("b3_from_400", 200), ("b3_from_400", 200)]

@@ -12,6 +12,7 @@ protocol, tau), stamped with the study, the data file's sha256, the model's mani
 and of its whole content (scripts/table2/store.py: stamp).
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -233,8 +234,8 @@ def b3_job(st: Study, say) -> None:
     check (a) is read at once."""
     if not b3_done(st):
         train_b3(st, say)
-    for end in range(st.b3_stage, last_stage(st) + 1, st.b3_stage):  # B3 is kept: no stage starts from them again
-        shutil.rmtree(b3_stage_copy(st, end))
+    if last_stage(st):  # B3 is kept: no stage starts from its stage copy again
+        shutil.rmtree(b3_stage_copy(st, last_stage(st)))
     with open(os.path.join(st.out, "b3.json")) as f:
         stop = json.load(f)["stop"]
     say(f"decoding the kept B3 (step {stop})")
@@ -262,6 +263,8 @@ def train_b3(st: Study, say) -> None:
         say(f"step {s}: validation pass@1 plus {p[s]:.1f}%")
         if s % st.b3_stage == 0 and plateau(p, st.b3_every, st.b3_cap) is None:
             store.keep(ckpt, b3_stage_copy(st, s), step=s)
+            if s > st.b3_stage:  # only the last stage is started from again: the repository keeps one copy (5 MB)
+                shutil.rmtree(b3_stage_copy(st, s - st.b3_stage), ignore_errors=True)
             store.keep_log(os.path.dirname(ckpt), f"b3/stage_{s - st.b3_stage}", st.out)
     ckpt = b3_checkpoint(st, stop, base, say)
     store.keep_log(os.path.dirname(ckpt), f"b3/stage_{(stop - 1) // st.b3_stage * st.b3_stage}", st.out)
@@ -298,10 +301,8 @@ def b3_stage_copy(st: Study, end: int) -> str:
 
 def last_stage(st: Study) -> int:
     """The last step of B3 whose stage is kept (0: none yet)."""
-    end = 0
-    while store.is_complete(b3_stage_copy(st, end + st.b3_stage)):
-        end += st.b3_stage
-    return end
+    ends = [path.rsplit("_", 1)[1] for path in glob.glob(f"{kept_b3(st)}_stage_*")]
+    return max([int(end) for end in ends if end.isdigit() and store.is_complete(b3_stage_copy(st, int(end)))], default=0)
 
 
 def b3_done(st: Study) -> bool:
