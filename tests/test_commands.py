@@ -188,7 +188,7 @@ def test_every_documented_script_answers_help():
     kept the old path (checked: README.md's mini_check command pointed back at scripts/mini_check.py), or when
     a script cannot start (an import that moved with it)."""
     targets = help_targets(documented_commands())
-    assert len(targets) > 20 and any(t.startswith("scripts/") for t in targets), "the docs' commands were not found"
+    assert len(targets) > 15 and any(t.startswith("scripts/") for t in targets), "the docs' commands were not found"
     failed = help_failures(sorted(targets))
     assert not failed, f"{len(failed)} documented script(s) do not answer --help:\n" + "\n".join(
         f"python {t} --help ({', '.join(sorted(targets[t]))})\n    {why}" for t, why in sorted(failed.items()))

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from fastdllm import mini_data_v2
-from scripts.table2 import mini_check, mini_report_v2, mini_study_v2, rate_check, store
+from scripts.table2 import mini_check, mini_report_v2, rate_check, store, study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V2 = os.path.join(ROOT, "results", "mini_study_v2")
@@ -47,7 +47,7 @@ def report(tmp):
 
 
 def report_only(tmp):
-    return mini_study_v2.main(["--report_only", f"--out={os.path.join(tmp, 'v2')}"])
+    return study.main(["--study=v2", "--report_only", f"--out={os.path.join(tmp, 'v2')}"])
 
 
 def rate_reader(tmp):
@@ -64,9 +64,9 @@ def keep_step(tmp):  # the study keeps a run's checkpoint where a copy of the sa
 
 
 def stage_b(tmp):
-    args = mini_study_v2.parse_args(["--report_only", f"--kept={os.path.join(tmp, 'kept2')}", f"--out={tmp}/o",
-                                     f"--runs={tmp}/r"])
-    return mini_study_v2.stage_b(args)
+    st = study.study("v2", smoke=False)
+    st.kept, st.out, st.runs = os.path.join(tmp, "kept2"), f"{tmp}/o", f"{tmp}/r"
+    return study.stage_b(st)
 
 
 def build(tmp):

@@ -1,5 +1,5 @@
 """The experiment drivers (scripts/sudoku/reproduce_cpu.py, compare_adaptation.py, budget_study.py) and Table 2 in
-miniature's scripts (python -m fastdllm.mini_data, scripts/table2/pretrain_ar.py, mini_study_v2.py, mini_report_v2.py,
+miniature's scripts (python -m fastdllm.mini_data, scripts/table2/pretrain_ar.py, study.py, mini_report_v2.py,
 mini_check.py, rate_check.py): a bad flag, or an input a flag names that cannot be used, stops the script in one line
 naming it, before any data is built, run trained or model decoded, and with nothing written (each starts with work that takes
 minutes, and used to meet the bad input only then, or never: a silently wrong run)."""
@@ -14,22 +14,22 @@ import pytest
 from fastdllm import mini_data, mini_data_v2
 from scripts import runs
 from scripts.sudoku import budget_study, compare_adaptation, reproduce_cpu
-from scripts.table2 import mini_check, mini_report_v2, mini_study_v2, pretrain_ar, rate_check
+from scripts.table2 import mini_check, mini_report_v2, pretrain_ar, rate_check, study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVERS = {"reproduce_cpu": reproduce_cpu, "compare_adaptation": compare_adaptation, "budget_study": budget_study,
            "mini_data": mini_data, "pretrain_ar": pretrain_ar,
-           "mini_check": mini_check, "mini_study_v2": mini_study_v2, "mini_report_v2": mini_report_v2,
+           "mini_check": mini_check, "study": study, "mini_report_v2": mini_report_v2,
            "mini_data_v2": mini_data_v2, "rate_check": rate_check}
 # where each script's first slow work starts (patched to fail the test), besides runs.sh / ensure_data / train / evaluate
 WORK = {"mini_data": ("build",), "pretrain_ar": ("train",), "mini_check": ("decode",), "mini_data_v2": ("build",),
-        "mini_study_v2": ("run_all",), "mini_report_v2": ("report",), "rate_check": ("decode",)}
+        "study": ("run_lanes", "prepare"), "mini_report_v2": ("report",), "rate_check": ("decode",)}
 # folders a case does not name go under tmp_path, so that nothing lands in the repository
 DEFAULTS = {"reproduce_cpu": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "compare_adaptation": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "budget_study": ["--runs=TMP/runs", "--data_dir=TMP/data_dir"],
             "mini_data": ["--out_dir=TMP/out"], "pretrain_ar": ["--out_dir=TMP/out", "--data_dir=DATA"],
-            "mini_study_v2": ["--runs=TMP/runs", "--data_dir=TMP/data_dir", "--kept=TMP/kept", "--out=TMP/out"],
+            "study": ["--study=v2", "--runs=TMP/runs", "--data_dir=TMP/data_dir", "--kept=TMP/kept", "--out=TMP/out"],
             "mini_data_v2": ["--out_dir=TMP/out", "--corpus_dir=CORPUS"], "rate_check": ["--out=TMP/out", "--runs=PILOT"]}
 KEPT = os.path.join("sft_s1", "step_200_full_tau_0.85.json")  # one of the study's kept results
 KEPT_V2 = os.path.join("sft_s1", "step_300_test_tau_0.85.json")  # one of v2's, of the kept seed-1 SFT (step 300)
@@ -77,18 +77,19 @@ CASES = [
     ("mini_check", ["--n=0"], "--n"),
     ("mini_check", ["--kept=TMP"], "--kept"),
     ("mini_check", ["--n=401"], "--n"),  # v2 holds 400 test tasks
-    ("mini_study_v2", ["--seeds=abc"], "--seeds"),
-    ("mini_study_v2", ["--seeds=2,3"], "--seeds"),  # seed 1 is the pilot's
-    ("mini_study_v2", ["--lrs=fast"], "--lrs"),
-    ("mini_study_v2", ["--lrs=0"], "--lrs"),
-    ("mini_study_v2", ["--extra=sft"], "--extra"),
-    ("mini_study_v2", ["--lanes=0"], "--lanes"),
-    ("mini_study_v2", ["--device=tpu"], "--device"),
-    ("mini_study_v2", ["--kept=FILE/sub"], "--kept"),
-    ("mini_study_v2", ["--pretrain=TMP/missing"], "--pretrain"),
-    ("mini_study_v2", ["--out=CUT"], KEPT),
-    ("mini_study_v2", ["--report_only", "--out=NO_NFE"], (KEPT, "nfe")),
-    ("mini_study_v2", ["--report_only", "--out=TMP/missing"], "missing"),
+    ("study", ["--seeds=abc"], "--seeds"),
+    ("study", ["--seeds=2,3"], "--seeds"),  # seed 1 is the pilot's
+    ("study", ["--lrs=fast"], "--lrs"),
+    ("study", ["--lrs=0"], "--lrs"),
+    ("study", ["--extra=sft"], "--extra"),
+    ("study", ["--lanes=0"], "--lanes"),
+    ("study", ["--device=tpu"], "--device"),
+    ("study", ["--kept=FILE/sub"], "--kept"),
+    ("study", ["--study=v4"], "--study"),
+    ("study", ["--study=v3,v3t"], "given with one --study"),  # one --out (the defaults) for two studies
+    ("study", ["--out=CUT"], KEPT),
+    ("study", ["--report_only", "--out=NO_NFE"], (KEPT, "nfe")),
+    ("study", ["--report_only", "--out=TMP/missing"], "missing"),
     ("mini_report_v2", ["TMP/missing"], "missing"),
     ("mini_report_v2", ["TMP"], "no kept results"),
     ("mini_report_v2", ["CUT"], KEPT),
@@ -101,7 +102,7 @@ CASES = [
     ("rate_check", ["--tau=1"], "--tau"),
     ("rate_check", ["--sandbox=none"], "--sandbox"),
     ("rate_check", ["--out=FILE/sub"], "--out"),
-    ("rate_check", ["--runs=TMP/missing"], ("missing", "mini_study_v2.py")),
+    ("rate_check", ["--runs=TMP/missing"], ("missing", "study.py --study=v2")),
     ("rate_check", ["--out=CUT_RATES"], "sft_s1_lr0.0003_n100_tau_0.85.json"),  # kept by a killed check
 ]
 

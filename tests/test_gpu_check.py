@@ -238,9 +238,9 @@ def check_arguments(cmd: list[str]) -> None:
         assert args[0] == "pytest"
     elif script == "-c":  # a copy of kept results: the source is in the repository
         assert os.path.isdir(os.path.join(ROOT, args[1])), args
-    elif script == "scripts/table2/mini_study_v2.py":
-        from scripts.table2 import mini_study_v2
-        mini_study_v2.parse_args(args)
+    elif script == "scripts/table2/study.py":
+        from scripts.table2 import study
+        study.parse_args(args)
     elif script == "train_sudoku.py":
         train_sudoku.check_config(load_config(train_sudoku.TrainConfig, args))
     elif script == "train_fastdllm.py":

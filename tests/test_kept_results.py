@@ -1,6 +1,6 @@
 """Kept results of Table 2 in miniature cannot be swapped, cut or edited unnoticed: each case below damages a copy
 of the kept v2 results the way a copy between machines or a hand edit would, and the reader (the v2 report, which
-`mini_study_v2.py --report_only` runs, and rate_check.py's reader) must stop in one line naming the file and the
+`study.py --study=v2 --report_only` runs, and rate_check.py's reader) must stop in one line naming the file and the
 field, writing nothing."""
 import argparse
 import json

@@ -44,8 +44,11 @@ def sandbox_mode() -> str:
 
 def test_kept_models_are_verified_bf16_copies_of_the_right_steps():
     """Fails when a kept directory is not the step the study ran (checked by keeping ckpt-150 instead of the
-    chosen step), is saved in fp32, lacks the mark that demands its manifest, or a Relay copy lost its relay LayerNorm."""
+    chosen step, and by a B3 whose b3.json names another stop), is saved in fp32, lacks the mark that demands its manifest, or a Relay copy lost its relay LayerNorm."""
     stages = {os.path.relpath(f, KEPT): (int(f.rsplit("_", 1)[1]), False) for f in glob.glob(f"{KEPT}/mini3/b3_stage_*")}
+    stop = os.path.join(ROOT, "results", "mini_study_v3", "b3.json")  # kept B3: the step its plateau rule stopped at
+    if os.path.exists(stop):
+        stages["mini3/b3"] = (json.load(open(stop))["stop"], False)
     for name, (step, relay) in (EXPECTED | stages).items():
         folder = os.path.join(KEPT, name)
         model, _ = load_fastdllm(folder, dtype=torch.bfloat16)  # refuses a file that differs from manifest.json

@@ -1,10 +1,11 @@
-"""Table 2 in miniature v2: the schedule that ends, the validation loss, the checkpoint and rate chosen on validation,
-the clipped-step share, and the report's interval."""
+"""Table 2 in miniature v2 (scripts/table2/study.py --study=v2): the schedule that ends, the validation loss, the
+checkpoint and rate chosen on validation, the clipped-step share, the report's interval, and the driver's resuming."""
 import gzip
 import hashlib
 import json
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import torch
 
 import train_fastdllm
 from configurator import load_config
-from scripts.table2 import mini_report_v2, mini_study_v2
+from scripts.table2 import mini_report_v2, study
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,10 +30,10 @@ def test_the_v2_schedule_ends_near_zero_after_a_short_warmup(objective):
 
 def write_result(out: str, name: str, step: int, tau: float, protocol: str) -> None:
     """A valid kept result (two tasks) at its place in out."""
-    path = mini_study_v2.store.result_path(out, name, step, tau, protocol)
+    path = study.store.result_path(out, name, step, tau, protocol)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     ids = [f"mini2/{'val' if protocol == 'val' else 'test'}/{i}" for i in range(2)]
-    record = mini_study_v2.store.stamp(dict(model=name, step=step, tau=tau, protocol=protocol, task_ids=ids,
+    record = study.store.stamp(dict(model=name, step=step, tau=tau, protocol=protocol, task_ids=ids,
                                                   base=[1, 0], plus=[1, 0], nfe=[40, 40]))
     with open(path, "w") as f:
         json.dump(record, f)
@@ -52,11 +53,11 @@ def fake_run(path, val: dict[int, float], kept: list[int]) -> str:
 
 def test_the_checkpoint_is_the_kept_one_of_lowest_validation_loss(tmp_path):
     run = fake_run(tmp_path / "r", {20: 0.9, 40: 0.5, 60: 0.3, 80: 0.6}, kept=[40, 80])
-    assert mini_study_v2.chosen_step(run) == 40  # 60 is lower but was not kept
+    assert study.chosen_step(run) == 40  # 60 is lower but was not kept
     run = fake_run(tmp_path / "tie", {50: 0.4, 100: 0.4}, kept=[50, 100])
-    assert mini_study_v2.chosen_step(run) == 100
+    assert study.chosen_step(run) == 100
     with pytest.raises(SystemExit, match="no kept checkpoint has a validation loss"):
-        mini_study_v2.chosen_step(fake_run(tmp_path / "none", {50: 0.4}, kept=[100]))
+        study.chosen_step(fake_run(tmp_path / "none", {50: 0.4}, kept=[100]))
 
 
 def test_each_method_takes_the_rate_of_its_lowest_validation_loss(tmp_path):
@@ -64,8 +65,8 @@ def test_each_method_takes_the_rate_of_its_lowest_validation_loss(tmp_path):
     fake_run(tmp_path / "sft_s1_lr0.001", {50: 0.6, 100: 0.55}, [50, 100])
     fake_run(tmp_path / "relay_s1_lr0.0003", {50: 0.8, 100: 0.7}, [50, 100])
     fake_run(tmp_path / "relay_s1_lr0.001", {50: 0.9, 100: 0.45}, [50, 100])
-    assert mini_study_v2.choose_rate(str(tmp_path), "sft", (3e-4, 1e-3)) == 3e-4
-    assert mini_study_v2.choose_rate(str(tmp_path), "relay", (3e-4, 1e-3)) == 1e-3
+    assert study.choose_rate(str(tmp_path), "sft", (3e-4, 1e-3)) == 3e-4
+    assert study.choose_rate(str(tmp_path), "relay", (3e-4, 1e-3)) == 1e-3
 
 
 def test_the_clipped_share_counts_the_steps_above_the_clip():
@@ -183,62 +184,83 @@ def test_an_error_in_one_lane_stops_the_study_in_one_line_naming_the_job():
     def broken(say):
         raise KeyError("nfe")
 
-    jobs = [("good_1", lambda say: done.append(1)), ("bad", broken)] + [(f"later_{i}", lambda say: done.append(i))
-                                                                         for i in range(20)]
+    jobs = [study.Job("good_1", lambda say: done.append(1)), study.Job("bad", broken)] + [
+        study.Job(f"later_{i}", lambda say, i=i: done.append(i)) for i in range(20)]
     with pytest.raises(SystemExit) as e:
-        mini_study_v2.run_lanes(jobs, lanes=1)
+        study.run_lanes(jobs, lanes=1)
     assert e.value.code == "the study stopped: bad: KeyError: 'nfe'" and done == [1]
+
+
+def v2_study(tmp_path) -> study.Study:
+    st = study.study("v2", smoke=False)
+    st.out, st.kept, st.runs = str(tmp_path / "out"), str(tmp_path / "kept"), str(tmp_path / "runs")
+    st.pins = os.path.join(st.out, "data.json")
+    return st
 
 
 def test_a_study_resumed_on_another_machine_trains_only_what_the_repository_does_not_keep(tmp_path, monkeypatch):
     """A fresh machine has the committed results/ and reference/ but no runs/: with the pilot's choice kept, only
     the chosen seed-1 runs whose results are not kept are trained, and no run with every result kept trains again
-    (failed with choice.json ignored: all four pilots ran again; with kept results ignored: relay_s2 trained again)."""
-    m = mini_study_v2
-    args = m.parse_args([f"--out={tmp_path / 'out'}", f"--kept={tmp_path / 'kept'}", f"--runs={tmp_path / 'runs'}"])
-    os.makedirs(tmp_path / "out")
-    with open(tmp_path / "out" / "choice.json", "w") as f:
+    (failed with choice.json ignored: all four pilots ran again; with kept results ignored: relay_s2 trained again;
+    with the seeds ready as soon as a choice was kept: relay_s1 read its pilot's run while it trained).
+    Without a kept choice (two lanes), no seed starts before every pilot has trained, and the choice is then kept
+    (failed with the seeds ready at once: relay_s1 started while the last pilot trained)."""
+    st = v2_study(tmp_path)
+    os.makedirs(st.out)
+    with open(os.path.join(st.out, "choice.json"), "w") as f:
         json.dump({"chosen": {"sft": 0.001, "relay": 0.0003}}, f)
     for name in ("sft_s1", "relay_s2"):  # every result kept; sft_s1's weights too
-        for where, tau in m.protocol(args):
-            write_result(str(tmp_path / "out"), name, 300, tau, where)
+        for where, tau in st.protocol():
+            write_result(st.out, name, 300, tau, where)
     os.makedirs(tmp_path / "kept" / "sft_s1")
-    monkeypatch.setattr(m.store, "is_complete", lambda folder: os.path.isdir(folder))
+    monkeypatch.setattr(study.store, "is_complete", lambda folder: os.path.isdir(folder))
     trained = []
-    monkeypatch.setattr(m, "prepare", lambda args: None)
-    monkeypatch.setattr(m, "base_job", lambda args, say: None)
-    monkeypatch.setattr(m, "pilot_job", lambda args, o, lr, say: trained.append(m.run_name(o, 1, lr)))
-    monkeypatch.setattr(m, "train", lambda args, o, seed, lr, name, say: trained.append(name))
-    monkeypatch.setattr(m, "finish", lambda *a: None)
-    m.run_all(args)
-    assert sorted(trained) == sorted(["relay_s1_lr0.0003"] + [f"sft_s{s}" for s in range(2, 7)] +
+    monkeypatch.setattr(study, "decode", lambda *a: None)
+    monkeypatch.setattr(study, "train", lambda st, config, name, args, say: time.sleep(0.2) or trained.append(name))
+    monkeypatch.setattr(study, "v2_run", lambda st, o, s, say: trained.append(study.run_name(o, s)))
+    study.run_lanes(study.v2_jobs(st), 2)
+    assert trained[0] == "relay_s1_lr0.0003"  # relay_s1 is read from it: it waits
+    assert sorted(trained) == sorted(["relay_s1_lr0.0003", "relay_s1"] + [f"sft_s{s}" for s in range(2, 7)] +
                                      [f"relay_s{s}" for s in range(3, 7)])
-    assert args.choice == {"sft": 0.001, "relay": 0.0003}
+    assert st.choice == {"sft": 0.001, "relay": 0.0003}
+    # no choice kept: the four pilots first, then the choice from their validation losses, then the seeds
+    os.remove(os.path.join(st.out, "choice.json"))
+    del st.choice
+    trained.clear()
+    for name, loss in (("sft_s1_lr0.0003", 0.6), ("sft_s1_lr0.001", 0.5), ("relay_s1_lr0.0003", 0.4),
+                       ("relay_s1_lr0.001", 0.7)):
+        fake_run(tmp_path / "runs" / name, {100: loss}, [100])
+    study.run_lanes(study.v2_jobs(st), 2)
+    assert sorted(trained[:4]) == ["relay_s1_lr0.0003", "relay_s1_lr0.001", "sft_s1_lr0.0003", "sft_s1_lr0.001"]
+    assert len(trained) == 4 + 10 and json.load(open(os.path.join(st.out, "choice.json")))["chosen"] == {"sft": 0.001,
+                                                                                                    "relay": 0.0003}
 
 
 def test_a_damaged_choice_is_one_line(tmp_path):
-    args = mini_study_v2.parse_args([f"--out={tmp_path / 'out'}"])
-    os.makedirs(tmp_path / "out")
+    st = v2_study(tmp_path)
+    os.makedirs(st.out)
     (tmp_path / "out" / "choice.json").write_text('{"chosen": {"sft": 0.002, "relay": 0.001}}')
     with pytest.raises(SystemExit, match="choice.json does not hold a choice among --lrs=0.0003,0.001"):
-        mini_study_v2.kept_choice(args)
+        study.kept_choice(st)
 
 
 def test_each_kept_result_names_the_device_it_was_decoded_on(tmp_path, monkeypatch):
     """A GPU loan's seeds are kept beside the CPU's in one schema, so every result says where it ran, and the decode
     ran there (failed with the device left out of the kept record, and with --device not passed to eval_code.py)."""
-    m = mini_study_v2
-    args = m.parse_args([f"--out={tmp_path / 'out'}", f"--runs={tmp_path / 'runs'}", "--lanes=8"])
-    args.device = "cuda"
-    monkeypatch.setattr(m.os, "cpu_count", lambda: 16)  # a GPU machine's cores, shared by the lanes' judging
+    st = v2_study(tmp_path)
+    st.device, st.lanes = "cuda", 8
+    monkeypatch.setattr(study.os, "cpu_count", lambda: 16)  # a GPU machine's cores, shared by the lanes' judging
     commands, kept = [], []
-    monkeypatch.setattr(m.runs, "sh", lambda cmd, **kw: commands.append(cmd))
-    monkeypatch.setattr(m.store, "compact", lambda out, path, meta: kept.append(meta))
-    m.evaluate(args, "model_dir", "relay_s2", 300, True, [("test", 0.85), ("val", 0.85)])
+    monkeypatch.setattr(study.runs, "sh", lambda cmd, **kw: commands.append(cmd))
+    monkeypatch.setattr(study.store, "compact", lambda out, path, meta: kept.append(meta))
+    monkeypatch.setattr(study.store, "read_kept", lambda path: {})
+    monkeypatch.setattr(study, "model_digest", lambda model: "digest")
+    monkeypatch.setattr(study.common, "file_sha256", lambda path: "sha")
+    study.decode(st, "model_dir", "relay_s2", 300, True, [("test", 0.85), ("val", 0.85)])
     assert [meta["device"] for meta in kept] == ["cuda", "cuda"]
     assert all("--device=cuda" in cmd and "--workers=2" in cmd for cmd in commands) and "--limit=200" in commands[1]
-    args.device = "cpu"  # on the CPU each lane owns one core
-    m.evaluate(args, "model_dir", "relay_s3", 300, True, [("test", 0.85)])
+    st.device = "cpu"  # on the CPU each lane owns one core
+    study.decode(st, "model_dir", "relay_s3", 300, True, [("test", 0.85)])
     assert "--workers=1" in commands[-1]
 
 
@@ -252,45 +274,47 @@ def write_data(folder, texts: dict) -> None:
 def test_the_study_reads_only_the_data_its_kept_results_were_scored_on(tmp_path):
     """The first build's sha256 are kept beside the results; a rebuilt file that differs (a changed generator) stops
     the study in one line naming it (failed with the comparison left out: the changed test file was used)."""
-    m = mini_study_v2
-    data, out = tmp_path / "data", tmp_path / "out"
-    write_data(data, {name: f"rows of {name}\n" for name in m.STUDY_FILES})
-    m.check_data(str(data), str(out))
-    kept = json.load(open(out / "data.json"))["sha256"]
+    st = v2_study(tmp_path)
+    st.data_dir = str(tmp_path / "data")
+    write_data(st.data_dir, {name: f"rows of {name}\n" for name in st.pinned})
+    study.check_pins(st)
+    kept = json.load(open(st.pins))["sha256"]
     assert kept["test.jsonl"] == hashlib.sha256(b"rows of test.jsonl\n").hexdigest()
-    m.check_data(str(data), str(out))  # the same files pass
-    write_data(data, {"test.jsonl": "other rows\n"})
-    with pytest.raises(SystemExit, match=r"data: test.jsonl differ from the data the results in .*out were scored on"):
-        m.check_data(str(data), str(out))
+    study.check_pins(st)  # the same files pass
+    write_data(st.data_dir, {"test.jsonl": "other rows\n"})
+    with pytest.raises(SystemExit, match=r"data: test.jsonl differ from the data pinned in .*out/data.json"):
+        study.check_pins(st)
     for damaged in ('{"sha256": [1, 2]}', "{not json"):  # a damaged record is one line too, never a traceback
-        (out / "data.json").write_text(damaged)
-        with pytest.raises(SystemExit, match="data.json does not hold the sha256 of the study's data"):
-            m.check_data(str(data), str(out))
+        open(st.pins, "w").write(damaged)
+        with pytest.raises(SystemExit, match="data.json does not hold the sha256 of every file"):
+            study.check_pins(st)
 
 
 def test_prebuilt_data_is_unpacked_then_checked_and_missing_files_are_one_line(tmp_path):
     """A GPU loan carries the files gzipped: each is unpacked to the very bytes kept (failed with the .gz read as
     it is: the sha256 check refused the copy), and a file carried neither way stops the study in one line."""
-    m = mini_study_v2
-    built, carried, out = tmp_path / "built", tmp_path / "carried", tmp_path / "out"
-    texts = {name: f"rows of {name}\n" * 50 for name in m.STUDY_FILES}
-    write_data(built, texts)
-    m.check_data(str(built), str(out))
+    st = v2_study(tmp_path)
+    st.data_dir = str(tmp_path / "built")
+    texts = {name: f"rows of {name}\n" * 50 for name in st.pinned}
+    write_data(st.data_dir, texts)
+    study.check_pins(st)
+    carried = tmp_path / "carried"
     os.makedirs(carried)
     for name, text in texts.items():
         with gzip.open(carried / f"{name}.gz", "wt") as f:
             f.write(text)
-    m.unpack_prebuilt(str(carried))
-    m.check_data(str(carried), str(out))
     packed = tmp_path / "packed"  # what gpu_prepare.sh carries unpacks to the same bytes
-    m.pack_prebuilt(str(built), str(packed), str(out))
-    assert sorted(os.listdir(packed)) == sorted(f"{name}.gz" for name in m.STUDY_FILES)
-    m.unpack_prebuilt(str(packed))
-    m.check_data(str(packed), str(out))
+    study.pack_prebuilt(st, str(packed))
+    assert sorted(os.listdir(packed)) == sorted(f"{name}.gz" for name in st.pinned)
+    for folder in (carried, packed):
+        st.data_dir = str(folder)
+        study.unpack_prebuilt(st)
+        study.check_pins(st)
     os.remove(carried / "val.jsonl")
     os.remove(carried / "val.jsonl.gz")
+    st.data_dir = str(carried)
     with pytest.raises(SystemExit, match="--prebuilt: .*carried holds no val.jsonl"):
-        m.unpack_prebuilt(str(carried))
+        study.unpack_prebuilt(st)
 
 
 def test_the_readme_states_the_kept_v2_results():
@@ -372,13 +396,16 @@ def test_non_inferiority_reads_the_interval_s_lower_end_not_the_mean():
 
 
 def test_a_run_is_finished_only_when_every_result_of_its_protocol_is_kept(tmp_path):
-    """finished() on --out holding one (and then all but one, then all) of sft_s2's five protocol results: only
-    the last counts as finished, so a resumed study decodes what is missing. Bug checked: any kept result counting
-    as finished (a study that stopped after one decoding would never decode the rest)."""
-    args = mini_study_v2.parse_args(["--report_only", f"--out={tmp_path / 'out'}", f"--runs={tmp_path / 'runs'}"])
-    wanted = mini_study_v2.protocol(args)
+    """v2_finished() on --out holding one (and then all but one, then all) of sft_s2's five protocol results: only
+    the last counts as finished, so a resumed study decodes what is missing; the seed-1 pair also needs its kept
+    weights. Bug checked: any kept result counting as finished (a study that stopped after one decoding would never
+    decode the rest)."""
+    st = v2_study(tmp_path)
+    wanted = st.protocol()
     assert len(wanted) == 5
     for n in (1, len(wanted) - 1, len(wanted)):
         for protocol, tau in wanted[:n]:
-            write_result(args.out, "sft_s2", 300, tau, protocol)
-        assert mini_study_v2.finished(args, "sft", 2) == (n == len(wanted)), n
+            write_result(st.out, "sft_s2", 300, tau, protocol)
+            write_result(st.out, "sft_s1", 300, tau, protocol)
+        assert study.v2_finished(st, "sft", 2) == (n == len(wanted)), n
+    assert not study.v2_finished(st, "sft", 1)  # its weights are not kept

@@ -35,7 +35,7 @@ def test_without_the_pilot_s_runs_it_stops_in_one_line(tmp_path):
     with pytest.raises(SystemExit) as e:
         rate_check.parse_args([f"--runs={tmp_path}"])
     message = str(e.value)
-    assert "\n" not in message and "missing" in message and "mini_study_v2.py" in message
+    assert "\n" not in message and "missing" in message and "study.py --study=v2" in message
 
 
 def test_kept_decodings_are_read_not_decoded_again(tmp_path, monkeypatch):

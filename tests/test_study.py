@@ -1,5 +1,5 @@
 """scripts/table2/study.py (Table 2 in miniature v3): the plateau rule by hand, the lanes' order and waiting, and a
-second study on the same folders refused in one line (v2's driver too)."""
+second study on the same folders refused in one line (v2's too)."""
 import json
 import os
 import shutil
@@ -52,25 +52,25 @@ def test_lanes_take_the_first_ready_job_and_wait_for_inputs():
     assert started == ["e"]
 
 
-@pytest.mark.parametrize("driver", ["scripts/table2/study.py", "scripts/table2/mini_study_v2.py"])
-def test_a_second_study_on_the_same_folders_stops_in_one_line(tmp_path, driver):
+@pytest.mark.parametrize("part", ["v3", "v2"])
+def test_a_second_study_on_the_same_folders_stops_in_one_line(tmp_path, part):
     """The runs folder held by a live process: the driver stops at once, its last line names the holder, and it
     writes nothing. Bug checked: without the study's lock the second study started working (v2's: its last line
     was torchrun's banner, the cause buried in a log)."""
     holder = subprocess.Popen(["sleep", "60"])
     try:
         runs_dir = tmp_path / "runs"
-        if driver.endswith("study.py"):
+        if part == "v3":
             runs_dir = os.path.join(ROOT, "runs", "mini3-smoke", "v3")
             args = ["--study=v3", "--smoke"]
         else:
-            args = [f"--runs={runs_dir}", f"--out={tmp_path / 'out'}", f"--kept={tmp_path / 'kept'}"]
+            args = ["--study=v2", f"--runs={runs_dir}", f"--out={tmp_path / 'out'}", f"--kept={tmp_path / 'kept'}"]
         os.makedirs(runs_dir, exist_ok=True)
         lock = os.path.join(runs_dir, common.LOCK_FILE)
         with open(lock, "w") as f:
             f.write(f"{holder.pid} {socket.gethostname()}\n")
         try:
-            done = subprocess.run([sys.executable, driver, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+            done = subprocess.run([sys.executable, "scripts/table2/study.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
                                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
         finally:
             os.remove(lock)
@@ -83,7 +83,8 @@ def test_a_second_study_on_the_same_folders_stops_in_one_line(tmp_path, driver):
 
 def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     """A run trained again elsewhere (its run folder not carried, e.g. B3): a kept decoding whose model digest is not
-    this run's checkpoint is moved aside, so every result follows the run that goes on; one of this checkpoint stays.
+    this run's checkpoint is moved aside, so every result follows the run that goes on; one of this checkpoint stays, and
+so does one that names no digest (v2's, made before decodings named one: decoded again, v2's base would change).
     Decodings of steps the run has not reached again are moved aside before it goes on. Bugs checked: a kept result
     read whatever model it decoded (B3's trace would mix two runs); an earlier run's later steps left in place; a
     second lost run's decodings overwrote the first's in other_runs/."""
@@ -98,6 +99,10 @@ def test_a_decoding_of_another_run_is_decoded_again(tmp_path):
     open(path, "w").write(json.dumps(record))
     study.forget_other_model(path, str(ckpt))
     assert os.path.exists(path)  # this run's own decoding stays
+    open(path, "w").write(json.dumps(study.store.stamp({**record, "model_digest": None})))
+    study.forget_other_model(path, "no-such-checkpoint")
+    assert os.path.exists(path)  # v2's decodings name no digest: kept, never decoded again
+    open(path, "w").write(json.dumps(record))
     (ckpt / "manifest.json").write_text('{"files": {"x": "y"}}')  # another checkpoint 100
     study.forget_other_model(path, str(ckpt))
     assert not os.path.exists(path) and os.listdir(os.path.join(st.out, "b3", "other_runs", "1")) == [os.path.basename(path)]
@@ -229,3 +234,14 @@ def test_regime_check_a_is_read_before_the_first_pair_trains(tmp_path, monkeypat
     keep("sft_s1", 200, 33)
     with pytest.raises(SystemExit, match=r"B3 21.0%, SFT s1 33.0%"):
         study.regime_passed(st)
+
+
+def test_each_study_s_kept_results_are_read_against_its_own_pins(monkeypatch):
+    """Before any work, every kept result of each named study is checked against that study's data pins: T's
+    results (results/mini_study_v3_t/) against v2's data.json, which pins the data T reads; a damaged file of any
+    study stops the driver there. Bug checked: T's read against a data.json of its own folder, which has none
+    (the driver refused to start: "results/mini_study_v3_t/data.json is missing")."""
+    monkeypatch.chdir(ROOT)
+    parts = study.parts_of(study.parse_args(["--study=v2,v3,v3t", "--report_only"]))
+    assert [st.pins for st in parts] == ["results/mini_study_v2/data.json", "results/mini_study_v3/data.json",
+                                         "results/mini_study_v2/data.json"]

@@ -7,7 +7,7 @@
 
 The parts run in order of value (docs/gpu.md): the paper's 7.1M model trained on the stand-in, MLM
 against Relay (scripts/gpu/gpu_standin.py), the seeds of the Table 2 miniature v2 the kept results lack
-(scripts/table2/mini_study_v2.py), the test suite on the device, Table 1 training speed (eager,
+(scripts/table2/study.py --study=v2), the test suite on the device, Table 1 training speed (eager,
 compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
 Fast-dLLM v2 at the 1.5B shape (a ZeRO-3 step per objective, Figure 3's memory, decoding speed). Each
 part is one or more commands with a time limit; its result goes to out_dir/<part>.json, and a part
@@ -160,7 +160,7 @@ def plan(smoke: bool, work: str) -> list[Part]:
         return [[PY, "scripts/gpu/gpu_standin.py", f"--data_dir={STANDIN_DATA}", *where]]
 
     def mini2_seeds() -> list[list[str]]:
-        """The v2 code-task study continued on the device (scripts/table2/mini_study_v2.py): the repository's kept
+        """The v2 code-task study continued on the device (scripts/table2/study.py --study=v2): the repository's kept
         results copied beside the report first, so only the seeds they lack run, every lane at once on the data
         carried by scripts/gpu/gpu_prepare.sh. Smoke: the copy and the report only (training needs the corpus, which
         CI does not build)."""
@@ -168,8 +168,8 @@ def plan(smoke: bool, work: str) -> list[Part]:
         copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
                 "results/mini_study_v2", out]
         if smoke:
-            return [copy, [PY, "scripts/table2/mini_study_v2.py", "--report_only", f"--out={out}"]]
-        return [copy, [PY, "scripts/table2/mini_study_v2.py", "--device=cuda", "--lanes=8", "--prebuilt",
+            return [copy, [PY, "scripts/table2/study.py", "--study=v2", "--report_only", f"--out={out}"]]
+        return [copy, [PY, "scripts/table2/study.py", "--study=v2", "--device=cuda", "--lanes=8", "--prebuilt",
                        f"--data_dir={MINI2_DATA}", f"--runs={work}/mini2_runs", f"--out={out}"]]
 
     def generate() -> list[list[str]]:

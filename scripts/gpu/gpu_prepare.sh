@@ -25,12 +25,12 @@ for f in train.npy val.npy test.npy meta.json top1465.parquet test.parquet test_
 done
 # the puzzles the full protocol scores must be the CPU study's, or the two pairs are not read side by side
 "$PY" scripts/gpu/gpu_standin.py --check_only --data_dir="$OUT"
-# the v2 study's data as its GPU part reads it (mini_study_v2.py --prebuilt): what stages C and D read, the files
+# the v2 study's data as its GPU part reads it (study.py --study=v2 --prebuilt): what its runs read, the files
 # the kept results were scored on (checked here and again on the device), gzipped to fit the 64 MiB carried
 if [ -f data/mini2/build.json ]; then
-    "$PY" -c "from scripts.table2 import mini_study_v2 as m; m.pack_prebuilt('data/mini2', 'data/mini2-gpu', 'results/mini_study_v2')"
+    "$PY" -c "from scripts.table2 import study as s; s.pack_prebuilt(s.study('v2', False), 'data/mini2-gpu')"
 else
-    echo "gpu_prepare.sh: data/mini2 is not built (python scripts/table2/mini_study_v2.py builds it first), so the" \
+    echo "gpu_prepare.sh: data/mini2 is not built (python scripts/table2/study.py --study=v2 builds it first), so the" \
          "GPU check's mini2_seeds part has no data to carry" >&2
 fi
 if [ "${NO_WHEELS:-0}" != 1 ]; then

@@ -2,7 +2,7 @@
 
     python scripts/table2/mini_check.py                 # v2's kept models on 100 test tasks: about 2 minutes
 
-The kept checkpoints of the v2 miniature study (scripts/table2/mini_study_v2.py, reference/mini2/: the adapted
+The kept checkpoints of the v2 miniature study (scripts/table2/study.py --study=v2, reference/mini2/: the adapted
 base model and the seed-1 Vanilla SFT and Relay fine-tunes, bf16, each verified against its manifest) decode the
 first --n test tasks of held-out compositions (fastdllm.mini_data_v2.test_tasks, rebuilt here, no corpus needed)
 with eval_code.py (block 32, sub-block 8, the authors' decoding; Relay with its carry), judged in the sandbox. Prints Table 2's columns (pass@1 base / plus, mean NFE per task) and, beside them, what
@@ -149,7 +149,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     missing = [name for name, _, _ in MODELS if not os.path.isfile(os.path.join(args.kept, name, "manifest.json"))]
     if missing:
         raise SystemExit(f"--kept={args.kept} lacks {', '.join(missing)}: the study's driver "
-                         "(scripts/table2/mini_study_v2.py) keeps them there")
+                         "(scripts/table2/study.py --study=v2) keeps them there")
     if not os.path.isdir(args.results):
         raise SystemExit(f"--results={args.results} is not a folder of the study's kept results ({study['results']})")
     args.result_paths = result_paths(study, args.kept, args.results, args.tau)

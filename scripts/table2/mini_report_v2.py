@@ -1,7 +1,7 @@
-"""The report of Table 2 in miniature v2 and v3 (scripts/table2/mini_study_v2.py, study.py), from the kept result JSONs
+"""The report of Table 2 in miniature v2 and v3 (scripts/table2/study.py), from the kept result JSONs
 alone; v3's part T has its own (trajectory_report).
 
-    python scripts/table2/mini_study_v2.py --report_only     # same as: python scripts/table2/mini_report_v2.py results/mini_study_v2
+    python scripts/table2/study.py --study=v2 --report_only  # same as: python scripts/table2/mini_report_v2.py results/mini_study_v2
     python scripts/table2/study.py --study=v3,v3t --report_only
 
 The outcomes are the ones fixed before the seeds ran (docs/table2_v2_protocol.md, docs/table2_v3_protocol.md):
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("out", nargs="?", default="results/mini_study_v2", help="the folder of kept results")
     args = p.parse_args(argv)
     if not os.path.isdir(args.out):
-        raise SystemExit(f"mini_report_v2.py: {args.out} is not a folder of kept results (scripts/table2/mini_study_v2.py --out)")
+        raise SystemExit(f"mini_report_v2.py: {args.out} is not a folder of kept results (scripts/table2/study.py --out)")
     if not kept(args.out):  # every kept JSON read and checked before anything is written
         raise SystemExit(f"mini_report_v2.py: {args.out} holds no kept results (run/step_*.json)")
     return report(args.out)

@@ -1,6 +1,6 @@
 """Table 2 in miniature v2, outside its protocol: how much of Relay - SFT's NFE gap comes with each method's rate.
 
-    python scripts/table2/rate_check.py        # after scripts/table2/mini_study_v2.py's pilot; about 8 min on one core
+    python scripts/table2/rate_check.py        # after the pilot of scripts/table2/study.py --study=v2; about 8 min on one core
 
 The protocol (docs/table2_v2_protocol.md) gives each method the learning rate of lower validation loss for its
 seed-1 run: 1e-3 for Vanilla SFT, 3e-4 for Relay. Its pilot trained both methods at both rates
@@ -24,7 +24,9 @@ import fastdllm.sandbox  # noqa: E402
 from fastdllm.tasks import write_jsonl  # noqa: E402
 from scripts import runs  # noqa: E402
 from scripts.table2 import mini_check, mini_report_v2, store  # noqa: E402
-from scripts.table2.mini_study_v2 import LRS, run_name  # noqa: E402
+from scripts.table2.study import Study, run_name  # noqa: E402
+
+LRS = Study.lrs  # the pilot's rates (3e-4, 1e-3)
 
 STEP = 300
 PINS = os.path.join(ROOT, "results", "mini_study_v2", "data.json")  # the study's test.jsonl, whose first tasks these are
@@ -103,8 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     folders = {checkpoint(args.runs, objective, lr) for objective, lr, _ in DECODINGS}
     missing = sorted(folder for folder in folders if not os.path.isdir(folder))
     if missing:
-        raise SystemExit(f"rate_check.py: {', '.join(missing)} missing: the pilot of scripts/table2/mini_study_v2.py "
-                         f"makes them (--runs names its folder)")
+        raise SystemExit(f"rate_check.py: {', '.join(missing)} missing: the pilot of scripts/table2/study.py "
+                         f"--study=v2 makes them (--runs names its folder)")
     paths = {label(*d): kept_path(args, label(*d)) for d in DECODINGS}
     args.kept = {name: read_kept(path, name, args) for name, path in paths.items() if os.path.exists(path)}
     return args
@@ -112,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def read_kept(path: str, name: str, args: argparse.Namespace) -> dict:
     """A kept decoding, checked as every result is (store.read_kept) and against its name here: the run, the
-    number of tasks and tau the file name gives, and its stamp (python scripts/table2/stamp.py)."""
+    number of tasks and tau the file name gives, and its stamp."""
     record = store.read_kept(path, named_by_fields=False)
     problem = None
     if record["model"] != name:
@@ -122,7 +124,7 @@ def read_kept(path: str, name: str, args: argparse.Namespace) -> dict:
     elif abs(record["tau"] - args.tau) > 1e-9 or record["protocol"] != "test":
         problem = f"tau/protocol: {record['protocol']} at tau {record['tau']:g}, not test at {args.tau:g}"
     elif "digest" not in record:
-        problem = "digest: missing (python scripts/table2/stamp.py stamps results kept before digests)"
+        problem = "digest: missing (every kept result carries its digests)"
     if problem:
         raise SystemExit(f"{path}: {problem}: restore it (git checkout), or delete it and rate_check.py decodes it again")
     return record

@@ -203,7 +203,7 @@ def load(out: str, tasks: dict[str, int] | None = None, stamped: bool = False,
          pins: dict[str, str] | None = None) -> list[dict]:
     """Every kept result under out (out/<model>/step_*.json), each checked (read_kept). tasks: the number of tasks
     each protocol decodes, checked with the ids' order (<study>/<split>/0, 1, ...); stamped: every result must
-    carry its digests (stamp.py writes them into results kept before they existed); pins: {data file: sha256},
+    carry its digests; pins: {data file: sha256},
     which a stamped result's data file must match."""
     found = []
     for model in sorted(os.listdir(out)) if os.path.isdir(out) else []:
@@ -214,7 +214,7 @@ def load(out: str, tasks: dict[str, int] | None = None, stamped: bool = False,
                 record = read_kept(path)
                 problem = task_problem(record, tasks) if tasks else None
                 if stamped and "digest" not in record:
-                    problem = "digest: missing (python scripts/table2/stamp.py stamps results kept before digests)"
+                    problem = "digest: missing (every kept result carries its digests)"
                 problem = problem or (pin_problem(record, pins) if pins else None)
                 if problem:
                     raise SystemExit(f"{path}: {problem}: restore it (git checkout), or delete it and the study "

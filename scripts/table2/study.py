@@ -1,18 +1,22 @@
-"""Table 2 in miniature v3: its two parts, one driver (docs/table2_v3_protocol.md).
+"""Table 2 in miniature: its studies, one driver (docs/table2_v2_protocol.md, docs/table2_v3_protocol.md).
 
+    python scripts/table2/study.py --study=v2             # v2: SFT and Relay at the rate each chose on validation
     python scripts/table2/study.py --study=v3             # P, the paper's regime: data, B3, the fine-tunes, decodings
     python scripts/table2/study.py --study=v3t            # T, why v2 came out the other way (v2's base and data)
     python scripts/table2/study.py --study=v3,v3t         # both in one queue on two lanes, P's jobs first
     python scripts/table2/study.py --study=v3 --smoke     # toy sizes: the whole pipeline in minutes (runs/mini3-smoke)
+    python scripts/table2/study.py --study=v2 --device=cuda --lanes=8 --prebuilt --data_dir=data/mini2-gpu  # docs/gpu.md
 
 Each job is skipped when its results are kept in the study's --out, so a killed study resumes with the same command;
-an interrupted training run resumes from its last checkpoint. A lane takes the first job whose inputs exist (P's
-fine-tunes wait for B3, and all but seed 1's pair for the regime check). Every decoding is one JSON per (model, step,
-protocol, tau), stamped with the study, the data file's sha256, the model's manifest digest, a digest of its task ids
-and of its whole content (scripts/table2/store.py: stamp).
+an interrupted training run resumes from its last checkpoint. A lane takes the first job whose inputs exist (v2's
+seeds wait for its rate pilot, P's fine-tunes for B3, and all but seed 1's pair for the regime check). Every decoding
+is one JSON per (model, step, protocol, tau), stamped with the study, the data file's sha256, the model's manifest
+digest, a digest of its task ids and of its whole content (scripts/table2/store.py: stamp). The reports are drawn
+by scripts/table2/mini_report_v2.py.
 """
 import argparse
 import glob
+import gzip
 import json
 import os
 import shutil
@@ -26,24 +30,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import configurator  # noqa: E402
 import common  # noqa: E402
 from scripts import runs  # noqa: E402
-from scripts.table2 import mini_report_v2, mini_study_v2, store  # noqa: E402
+from scripts.table2 import mini_report_v2, store  # noqa: E402
 
 PY = sys.executable
 CARRY = store.CARRY
-EVAL_ARGS = mini_study_v2.EVAL_ARGS
+EVAL_ARGS = ["--dataset=humaneval", "--block_size=32", "--sub_block_size=8", "--max_new_tokens=224", "--batch_size=32",
+             "--dtype=float32", "--decode=authors"]
 FILES = {"test": "test.jsonl", "reworded": "test_reworded.jsonl", "val": "val.jsonl"}
 VAL = ("val", 0.85)
 
 
 @dataclass
 class Study:
-    """Where a part of v3 reads and writes, and its sizes (smoke: toy ones)."""
+    """Where a study reads and writes, and its sizes (smoke: toy ones)."""
     name: str
     data_dir: str
     pins: str  # the data.json of sha256 every file read must match
     pinned: tuple[str, ...]
     runs: str
     out: str
+    kept: str = ""  # bf16 copies of the models later runs start from (v2: stage B, the seed-1 pair; v3: B3)
     taus: tuple[float, ...] = (0.7, 0.85, 0.95)
     val_tasks: int = 200
     b3_every: int = 100  # B3: steps between validation decodings
@@ -51,39 +57,60 @@ class Study:
     b3_stage: int = 200  # B3 trains in stages of this many steps (b3_checkpoint)
     b3_rows: int = 32  # rows per B3 step (config/fastdllm_mini3_b3.py; smoke: SMOKE_FINETUNE's 2 x 2)
     capable: float = 20.0  # regime check (a): B3's validation pass@1 plus, in points (smoke: 0, so the fine-tunes run)
+    seeds: tuple[int, ...] = (1, 2, 3, 4, 5, 6)  # v2: seeds of SFT and Relay (1 is the pilot's)
+    extra: tuple[str, ...] = ()  # v2: objectives fine-tuned once, seed 1, at Relay's rate
+    lrs: tuple[float, ...] = (3e-4, 1e-3)  # v2: the pilot's learning rates
+    prebuilt: bool = False  # v2: the data carried in data_dir (files or .gz), stage B kept (a GPU loan)
     finetune_args: list[str] = field(default_factory=list)
     device: str = "cpu"
     lanes: int = 2
 
     def protocol(self) -> list[tuple[str, float]]:
-        """A P fine-tune's decodings: test tasks at each tau, held-out wording and validation at tau 0.85."""
+        """A fine-tune's decodings: test tasks at each tau, held-out wording and validation at tau 0.85."""
         return [("test", tau) for tau in self.taus] + [("reworded", 0.85), VAL]
 
 
-P_FILES = ("adapt.jsonl", "train.jsonl", "val.jsonl", "val_rows.jsonl", "test.jsonl", "test_reworded.jsonl")
-V3_DATA = ["--n_adapt_tasks=30000"]
-SMOKE_DATA = [*mini_study_v2.SMOKE_DATA[:1], "--n_adapt_tasks=60", *mini_study_v2.SMOKE_DATA[2:]]
+V2_FILES = ("train.jsonl", "val.jsonl", "val_rows.jsonl", "test.jsonl", "test_reworded.jsonl")  # what v2's runs read
+P_FILES = ("adapt.jsonl", *V2_FILES)
+# v2's stage B mixture holds this many task rows of training compositions (none of the validation or test programs):
+# the pre-registered band check failed without them (docs/table2_v2_protocol.md, "Added after the first pilot")
+ADAPT_TASKS = {"v2": 8000, "v3t": 8000, "v3": 30000}
+SMOKE_DATA = ["--n_train=300", "--n_val=8", "--n_val_rows=4", "--n_test=8"]
+SMOKE_ADAPT = {"v2": 30, "v3t": 60, "v3": 60}
+V2_SMOKE_FINETUNE = ["--max_iters=4", "--save_interval=2", "--val_interval=2", "--warmup_iters=1", "--lr_decay_iters=4",
+                     "--device_batch_size=2", "--effective_batch=0"]
 SMOKE_FINETUNE = ["--max_iters=4", "--save_interval=2", "--val_interval=2", "--device_batch_size=2",
                   "--gradient_accumulation_steps=2", "--effective_batch=0", "--warmup_iters=1"]
+PRETRAIN = "reference/mini/pretrain"  # stage A, shared with v1 (scripts/table2/pretrain_ar.py)
+V2_SMOKE_KEPT = "runs/mini2-smoke/kept"  # the v2 smoke's stage B, which the v3 smokes start from
 
 
 def study(name: str, smoke: bool) -> Study:
-    if name == "v3":
-        s = Study("v3", "data/mini3", "results/mini_study_v3/data.json", P_FILES, "runs/mini3/p", "results/mini_study_v3")
+    if name == "v2":
+        s = Study("v2", "data/mini2", "results/mini_study_v2/data.json", V2_FILES, "runs/mini2", "results/mini_study_v2",
+                  "reference/mini2")
+    elif name == "v3":
+        s = Study("v3", "data/mini3", "results/mini_study_v3/data.json", P_FILES, "runs/mini3/p", "results/mini_study_v3",
+                  "reference/mini3")
     else:  # T reads v2's data, pinned by v2's own data.json
-        s = Study("v3t", "data/mini2", "results/mini_study_v2/data.json", mini_study_v2.STUDY_FILES, "runs/mini3/t",
-                  "results/mini_study_v3_t")
-    if smoke:
+        s = Study("v3t", "data/mini2", "results/mini_study_v2/data.json", V2_FILES, "runs/mini3/t",
+                  "results/mini_study_v3_t", "reference/mini2")
+    if smoke and name == "v2":
+        s.data_dir, s.runs, s.kept, s.out = "data/mini2-smoke", "runs/mini2-smoke", V2_SMOKE_KEPT, "runs/mini2-smoke/results"
+        s.seeds, s.taus, s.val_tasks, s.finetune_args = (1, 2), (0.85,), 4, V2_SMOKE_FINETUNE
+    elif smoke:
         s.data_dir, s.runs, s.out = f"data/mini3-smoke-{name}", f"runs/mini3-smoke/{name}", f"runs/mini3-smoke/{name}/results"
-        s.pins = os.path.join(s.out, "data.json")
+        s.kept = "runs/mini3-smoke/kept-smoke" if name == "v3" else V2_SMOKE_KEPT
         s.taus, s.val_tasks, s.b3_every, s.b3_cap, s.finetune_args = (0.85,), 4, 2, 8, SMOKE_FINETUNE
         s.b3_stage, s.b3_rows = 4, 4
         s.capable = 0.0
+    if smoke:
+        s.pins = os.path.join(s.out, "data.json")
     return s
 
 
 def kept_b3(st: Study) -> str:
-    return os.path.join(os.path.dirname(st.runs), "kept-smoke-b3") if "smoke" in st.runs else "reference/mini3/b3"
+    return os.path.join(st.kept, "b3")
 
 
 # -----------------------------------------------------------------------------
@@ -91,16 +118,47 @@ def kept_b3(st: Study) -> str:
 
 
 def prepare(st: Study, smoke: bool) -> None:
-    """Build the data unless it is there (v2's build for T), then check every file against the study's pins."""
-    if not os.path.exists(os.path.join(st.data_dir, "build.json")):
+    """Build the data unless it is there (v2's build for T) or carried (--prebuilt), check every file against the
+    study's pins; v2: its stage B (v3 starts from v2's kept one)."""
+    if st.prebuilt:
+        unpack_prebuilt(st)
+    elif not os.path.exists(os.path.join(st.data_dir, "build.json")):
         runs.sh([PY, "-m", "fastdllm.mini_data", "--out_dir=data/mini"])
-        size = SMOKE_DATA if smoke else (V3_DATA if st.name == "v3" else [f"--n_adapt_tasks={mini_study_v2.ADAPT_TASKS}"])
+        size = [*(SMOKE_DATA if smoke else []), f"--n_adapt_tasks={(SMOKE_ADAPT if smoke else ADAPT_TASKS)[st.name]}"]
         runs.sh([PY, "-m", "fastdllm.mini_data_v2", "--corpus_dir=data/mini", f"--out_dir={st.data_dir}", *size])
     check_pins(st)
+    if st.name == "v2":
+        stage_b(st)
+
+
+def pack_prebuilt(st: Study, dest: str) -> None:
+    """What --prebuilt reads, for a machine that cannot build it (scripts/gpu/gpu_prepare.sh): each pinned file,
+    checked against the pins first, gzipped into dest."""
+    check_pins(st)
+    os.makedirs(dest, exist_ok=True)
+    for name in st.pinned:
+        with open(os.path.join(st.data_dir, name), "rb") as src, gzip.open(os.path.join(dest, name + ".gz"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def unpack_prebuilt(st: Study) -> None:
+    """--prebuilt: the files carried to a machine that cannot build them (a GPU loan: no corpus, 64 MiB), each as
+    itself or gzipped (scripts/gpu/gpu_prepare.sh); a gzipped one is unpacked beside itself."""
+    for name in st.pinned:
+        path = os.path.join(st.data_dir, name)
+        if not os.path.exists(path) and os.path.exists(path + ".gz"):
+            with gzip.open(path + ".gz", "rb") as src, open(path + ".tmp", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(path + ".tmp", path)
+        if not os.path.exists(path):
+            raise SystemExit(f"--prebuilt: {st.data_dir} holds no {name} (nor {name}.gz): carry the study's data "
+                             "(bash scripts/gpu/gpu_prepare.sh)")
 
 
 def check_pins(st: Study) -> None:
-    """Each file the study reads has the sha256 kept in st.pins (written the first time, for v3 only)."""
+    """Each file the study reads has the sha256 kept in st.pins, written the first time (not for T, which reads v2's
+    data as v2 pinned it): a generator changed since, or a damaged copy, stops the study in one line instead of
+    mixing results of two data sets."""
     found = {name: common.file_sha256(os.path.join(st.data_dir, name)) for name in st.pinned}
     if not os.path.exists(st.pins):
         if st.name == "v3t" and "smoke" not in st.runs:
@@ -112,7 +170,7 @@ def check_pins(st: Study) -> None:
         with open(st.pins) as f:
             expected = json.load(f)["sha256"]
         wrong = [name for name in st.pinned if found[name] != expected[name]]
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
         raise SystemExit(f"{st.pins} does not hold the sha256 of every file in {st.data_dir}: restore it (git checkout)") \
             from None
     if wrong:
@@ -169,7 +227,7 @@ def decode(st: Study, model_dir: str, name: str, step: int, carry: bool, jobs: l
             os.makedirs(os.path.join(st.runs, "eval"), exist_ok=True)
             runs.sh([PY, "eval_code.py", f"--model={model_dir}", f"--data_path={data}", *limit, f"--threshold={tau}",
                      f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={st.runs}/gt_cache", *EVAL_ARGS,
-                     f"--device={st.device}", "--workers=1"], log=os.path.join(st.runs, "eval", f"{name}.log"), echo=False)
+                     f"--device={st.device}", f"--workers={judge_workers(st)}"], log=os.path.join(st.runs, "eval", f"{name}.log"), echo=False)
             store.compact(out, path, dict(
                 study=st.name, model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry, device=st.device,
                 data_file=FILES[protocol], data_sha256=common.file_sha256(data), model_digest=model_digest(model_dir),
@@ -178,10 +236,18 @@ def decode(st: Study, model_dir: str, name: str, step: int, carry: bool, jobs: l
     return kept
 
 
+def judge_workers(st: Study) -> int:
+    """Processes that run the tests of one decoding: on the CPU one per lane (a lane owns a core and decodes or
+    judges); on a GPU the decoding is not on the cores, so the lanes share them all for the judging."""
+    return 1 if st.device == "cpu" else max(1, (os.cpu_count() or 1) // st.lanes)
+
+
 def forget_other_model(path: str, model_dir: str) -> None:
     """A kept decoding of another model under this name (a run trained again on another machine, whose run folder
-    was not carried) is moved aside, so that every result follows the run that goes on."""
-    if os.path.exists(path) and store.read_kept(path).get("model_digest") != model_digest(model_dir):
+    was not carried) is moved aside, so that every result follows the run that goes on. v2's decodings, made before
+    results named their model's digest, hold none: they stay."""
+    recorded = store.read_kept(path).get("model_digest") if os.path.exists(path) else None
+    if recorded is not None and recorded != model_digest(model_dir):
         move_aside(path, "decoded another run's checkpoint")
 
 
@@ -210,6 +276,145 @@ def move_aside(path: str, why: str) -> None:
 
 def plus(record: dict) -> float:
     return 100 * sum(record["plus"]) / len(record["plus"])
+
+
+# -----------------------------------------------------------------------------
+# v2: stage B, a rate pilot, SFT and Relay at the rate each chose on validation (docs/table2_v2_protocol.md)
+
+
+def run_name(objective: str, seed: int, lr: float | None = None) -> str:
+    """sft_s3; a pilot run also names its rate (sft_s1_lr0.001) until it is chosen."""
+    return f"{objective}_s{seed}" + (f"_lr{lr:g}" if lr is not None else "")
+
+
+def val_losses(run_dir: str) -> dict[int, float]:
+    """step -> validation loss, from the run's metrics.jsonl (train_fastdllm.py logs it at every save)."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    records = store.read_jsonl(path) if os.path.exists(path) else []
+    return {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
+
+
+def chosen_step(run_dir: str) -> int:
+    """The kept checkpoint of lowest validation loss (a tie goes to the later step): the run's model."""
+    losses = val_losses(run_dir)
+    steps = [s for s in store.kept_steps(run_dir) if s in losses]
+    if not steps:
+        raise SystemExit(f"{run_dir}: no kept checkpoint has a validation loss in metrics.jsonl")
+    return min(steps, key=lambda s: (losses[s], -s))
+
+
+def choose_rate(runs_dir: str, objective: str, lrs: tuple[float, ...]) -> float:
+    """The pilot's rule, the same for every objective: the rate whose seed-1 run reaches the lowest validation loss
+    at any kept step (a tie goes to the smaller rate)."""
+    best = {lr: min(val_losses(os.path.join(runs_dir, run_name(objective, 1, lr))).values()) for lr in lrs}
+    return min(lrs, key=lambda lr: (best[lr], lr))
+
+
+def kept_choice(st: Study) -> dict[str, float] | None:
+    """The pilot's choice kept in --out/choice.json, or None before the pilot has finished."""
+    path = os.path.join(st.out, "choice.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            chosen = json.load(f)["chosen"]
+        ok = all(isinstance(chosen[o], float) and chosen[o] in st.lrs for o in ("sft", "relay"))
+    except (json.JSONDecodeError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise SystemExit(f"{path} does not hold a choice among --lrs={','.join(f'{lr:g}' for lr in st.lrs)} for "
+                         "sft and relay: restore it (git checkout), or delete it and the pilot chooses again")
+    return chosen
+
+
+def stage_b(st: Study) -> None:
+    """Stage B (adaptation on docstring pairs and task rows), one process per lane on the CPU, kept in bf16."""
+    kept = os.path.join(st.kept, "adapt")
+    if store.is_complete(kept):
+        store.verify_kept(kept)  # a damaged copy stops here in one line, not in every fine-tune it starts
+        return print(f"stage B: {kept} is kept, skipped")
+    if st.prebuilt:
+        raise SystemExit(f"--prebuilt: stage B is not kept in {kept}, and its data is not carried")
+    out = os.path.join(st.runs, "adapt")
+    procs = st.lanes if st.device == "cpu" else 1
+    per_process = max(1, 4 // procs) if procs in (1, 2, 4) else 1
+    extra = [f"--init_from={PRETRAIN}", f"--data={st.data_dir}/adapt.jsonl", f"--gradient_accumulation_steps={per_process}",
+             *[a for a in st.finetune_args if not a.startswith("--val_interval")], f"--device={st.device}"]  # no validation rows
+    if procs not in (1, 2, 4):
+        extra.append("--effective_batch=0")
+    store.finetune("config/fastdllm_mini2_adapt.py", out, extra, procs, os.path.join(st.runs, "adapt.log"))
+    store.keep_log(out, "base", st.out)
+    store.keep(store.last_ckpt(out), kept)
+
+
+def v2_jobs(st: Study) -> list["Job"]:
+    """Stage B's decoding; the pilot (seed 1 of SFT and Relay at each rate; once its choice is kept, only a chosen
+    run whose results are not); then, once the rates are chosen, the seeds and the extra objectives."""
+    chosen = kept_choice(st)
+    pilots = {run_name(o, 1, lr): (o, lr) for o in ("sft", "relay") for lr in st.lrs
+              if chosen is None or (lr == chosen[o] and not v2_finished(st, o, 1))}
+    left = set(pilots)
+
+    def pilot(say, name):
+        train(st, f"config/fastdllm_mini2_{pilots[name][0]}.py", name, v2_args(st, 1, pilots[name][1]), say)
+        left.discard(name)
+
+    def rates_chosen() -> bool:
+        """Every pilot run of this queue trained (a seed-1 run is its pilot's), and the choice made and kept."""
+        if left:
+            return False
+        if not hasattr(st, "choice"):
+            st.choice = {o: choose_rate(st.runs, o, st.lrs) for o in ("sft", "relay")}
+            runs.write_marker(os.path.join(st.out, "choice.json"), {
+                "rule": "per objective, the learning rate whose seed-1 run reaches the lowest validation loss",
+                "chosen": st.choice, "val_loss": {n: val_losses(os.path.join(st.runs, n)) for n in pilots}})
+            print(f"learning rates chosen on validation: {st.choice}", flush=True)
+        return True
+
+    if chosen is not None:
+        st.choice = chosen
+    adapt = os.path.join(st.kept, "adapt")
+    jobs = [Job("v2 base", lambda say: decode(st, adapt, "base", 0, False, [("test", 0.85), VAL]),
+                done=lambda: all(os.path.exists(store.result_path(st.out, "base", 0, 0.85, w)) for w in ("test", "val")))]
+    jobs += [Job(f"v2 {name}", lambda say, n=name: pilot(say, n)) for name in pilots]
+    runs_ = [(o, s) for s in st.seeds for o in ("sft", "relay")] + [(o, 1) for o in st.extra]
+    jobs += [Job(f"v2 {run_name(o, s)}", lambda say, o=o, s=s: v2_run(st, o, s, say), rates_chosen,
+                 done=lambda o=o, s=s: v2_finished(st, o, s)) for o, s in runs_]
+    return jobs
+
+
+def v2_run(st: Study, objective: str, seed: int, say) -> None:
+    """A run of the study proper at its chosen rate (seed 1: the pilot's run, not trained again), decoded at its
+    checkpoint of lowest validation loss with st.protocol(); the seed-1 pair's weights kept."""
+    lr = st.choice["relay" if objective not in st.choice else objective]
+    name = run_name(objective, seed)
+    if seed == 1 and objective in st.choice:
+        run = os.path.join(st.runs, run_name(objective, 1, lr))
+    else:
+        run = train(st, f"config/fastdllm_mini2_{objective}.py", name, v2_args(st, seed, lr), say)
+    store.keep_log(run, name, st.out)
+    step = chosen_step(run)
+    say(f"trained; validation chose step {step}; decoding")
+    ckpt = os.path.join(run, f"ckpt-{step}")
+    decode(st, ckpt, name, step, CARRY[objective], st.protocol())
+    if seed == 1 and objective in ("sft", "relay"):
+        store.keep(ckpt, os.path.join(st.kept, name))
+    say(f"decoded; results in {st.out}/{name}")
+
+
+def v2_finished(st: Study, objective: str, seed: int) -> bool:
+    """Every result of the run's protocol kept (and, for the seed-1 pair, its weights): what the repository keeps,
+    so that a study resumed on another machine does not train it again."""
+    weights = seed != 1 or objective not in ("sft", "relay") or store.is_complete(os.path.join(st.kept, f"{objective}_s1"))
+    return finished(st, run_name(objective, seed)) and weights
+
+
+def finished(st: Study, name: str) -> bool:
+    """Every decoding of the study's protocol is kept at one of the run's steps."""
+    folder = os.path.join(st.out, name)
+    steps = {int(f.split("_")[1]) for f in os.listdir(folder) if f.startswith("step_")} if os.path.isdir(folder) else set()
+    return any(all(os.path.exists(store.result_path(st.out, name, step, tau, where)) for where, tau in st.protocol())
+               for step in steps)
 
 
 # -----------------------------------------------------------------------------
@@ -249,7 +454,7 @@ def train_b3(st: Study, say) -> None:
     plateau rule; keep its trace in --out/b3.json and the checkpoint it stops at (bf16). A stage's end is kept in
     bf16 (b3_stage_copy) when B3 goes on past it: what the next stage starts from, on this machine or another;
     each stage's log is kept in --out/b3/stage_<start>/."""
-    base = "reference/mini2/adapt" if "smoke" not in st.runs else mini_study_v2.parse_args(["--smoke"]).kept + "/adapt"
+    base = os.path.join(V2_SMOKE_KEPT if "smoke" in st.runs else "reference/mini2", "adapt")
     done = last_stage(st)
     forget_unreached(st, "b3", set(range(done + 1)) | {done + s for s in store.kept_steps(stage_run(st, done))})
     p = {0: plus(decode(st, base, "b3", 0, False, [VAL])[0])}
@@ -371,36 +576,22 @@ def p_jobs(st: Study) -> list["Job"]:
     for (o, s) in first + later:
         ready = (lambda: regime_passed(st, first_pair=True)) if (o, s) in first else (lambda: regime_passed(st))
         jobs.append(Job(f"v3 {o}_s{s}", lambda say, o=o, s=s: finetune_job(st, o, s, say), ready,
-                        done=lambda o=o, s=s: p_finished(st, o, s)))
+                        done=lambda o=o, s=s: finished(st, f"{o}_s{s}")))
     return jobs
-
-
-def p_finished(st: Study, objective: str, seed: int) -> bool:
-    """Every decoding of the run's protocol is kept (at its last step, 200) and readable."""
-    name = f"{objective}_s{seed}"
-    folder = os.path.join(st.out, name)
-    steps = {int(f.split("_")[1]) for f in os.listdir(folder) if f.startswith("step_")} if os.path.isdir(folder) else set()
-    return any(all(os.path.exists(store.result_path(st.out, name, step, tau, where)) for where, tau in st.protocol())
-               for step in steps)
 
 
 # -----------------------------------------------------------------------------
 # T: rate, data seen and training length on v2's base
 
 
-V2_ARGS = ["--init_from=reference/mini2/adapt", "--data=data/mini2/train.jsonl", "--val_data=data/mini2/val_rows.jsonl",
-           "--log_interval=1"]
 V2_RATE = {"sft": 0.001, "relay": 0.0003}
 
 
 def v2_args(st: Study, seed: int, lr: float) -> list[str]:
-    if "smoke" in st.runs:
-        kept = mini_study_v2.parse_args(["--smoke"]).kept
-        args = [f"--init_from={kept}/adapt", f"--data={st.data_dir}/train.jsonl",
-                f"--val_data={st.data_dir}/val_rows.jsonl", "--log_interval=1"]
-    else:
-        args = V2_ARGS
-    return [f"--seed={seed}", f"--learning_rate={lr}", *args]
+    """A fine-tune from v2's stage B on v2's data (T's runs log every step)."""
+    return [f"--seed={seed}", f"--learning_rate={lr}", f"--init_from={os.path.join(st.kept, 'adapt')}",
+            f"--data={st.data_dir}/train.jsonl", f"--val_data={st.data_dir}/val_rows.jsonl",
+            *(["--log_interval=1"] if st.name == "v3t" else [])]
 
 
 def trajectory_job(st: Study, name: str, objective: str, lr: float, extra: list[str], say) -> None:
@@ -418,7 +609,7 @@ def variant_job(st: Study, name: str, objective: str, seed: int, lr: float, extr
     """Train, then decode the checkpoint of lowest validation loss (v2's rule) on test and validation at tau 0.85."""
     run = train(st, f"config/fastdllm_mini2_{objective}.py", name, v2_args(st, seed, lr) + extra(), say)
     store.keep_log(run, name, st.out)
-    step = mini_study_v2.chosen_step(run)
+    step = chosen_step(run)
     say(f"trained; validation chose step {step}; decoding")
     decode(st, os.path.join(run, f"ckpt-{step}"), name, step, CARRY[objective], [("test", 0.85), VAL])
 
@@ -529,33 +720,93 @@ def run_lanes(jobs: list[Job], lanes: int) -> None:
         raise SystemExit("the study stopped: " + "; ".join(failures + refused))
 
 
+STUDIES = ("v2", "v3", "v3t")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = configurator.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    p.add_argument("--study", default="v3", help="v3 (part P), v3t (part T), or both: v3,v3t")
+    p.add_argument("--study", default="v3", help="v2, v3 (part P), v3t (part T), or several: v3,v3t")
     p.add_argument("--lanes", type=int, default=2, help="jobs at once, sharing the cores (2 lanes on 2 cores: one each)")
-    p.add_argument("--smoke", action="store_true", help="toy sizes in runs/mini3-smoke (needs the v2 smoke's stage B)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: every run and decoding on the one GPU, fp32")
+    p.add_argument("--smoke", action="store_true", help="toy sizes in runs/mini2-smoke, runs/mini3-smoke (v3: after v2's)")
     p.add_argument("--report_only", action="store_true", help="the reports from the kept results alone")
+    p.add_argument("--seeds", default="1,2,3,4,5,6", help="v2: seeds of SFT and Relay (1 is the pilot's)")
+    p.add_argument("--extra", default="", help="v2: objectives fine-tuned once, seed 1 (rollout, relay_sg)")
+    p.add_argument("--lrs", default="0.0003,0.001", help="v2: the pilot's learning rates")
+    p.add_argument("--prebuilt", action="store_true", help="v2: the data carried in --data_dir (files or .gz) instead "
+                   "of building it; stage B must be kept (a GPU loan: docs/gpu.md)")
+    for key, what in (("data_dir", "the data"), ("runs", "run folders"), ("kept", "kept bf16 models"),
+                      ("out", "kept results and the report")):
+        p.add_argument(f"--{key}", default=None, help=f"{what}, instead of the study's own (one study only)")
     args = p.parse_args(argv)
     args.studies = [s.strip() for s in args.study.split(",") if s.strip()]
-    runs.need(args.studies and all(s in ("v3", "v3t") for s in args.studies) and len(set(args.studies)) == len(args.studies),
-              "--study", "v3, v3t or v3,v3t", args.study)
+    runs.need(args.studies and all(s in STUDIES for s in args.studies) and len(set(args.studies)) == len(args.studies),
+              "--study", "v2, v3, v3t, or several of them (v3,v3t)", args.study)
     runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
+    runs.need(args.device == "cpu" or (args.device == "cuda" and torch_cuda()), "--device", "cpu, or cuda on a GPU",
+              args.device)
+    args.seeds = runs.seed_list(args.seeds, "--seeds")
+    runs.need(1 in args.seeds, "--seeds", "a list that holds 1 (the pilot's seed)", args.seeds)
+    args.extra = [o.strip() for o in args.extra.split(",") if o.strip()]
+    runs.need(all(o in ("rollout", "relay_sg") for o in args.extra) and len(set(args.extra)) == len(args.extra),
+              "--extra", "each of rollout, relay_sg at most once", args.extra)
+    try:
+        args.lrs = tuple(float(t) for t in args.lrs.split(",") if t.strip())
+    except ValueError:
+        raise SystemExit(f"--lrs must be comma-separated numbers, got {args.lrs!r}") from None
+    runs.need(len(args.lrs) >= 1 and all(0 < lr < 1 for lr in args.lrs), "--lrs", "rates in (0, 1)", args.lrs)
+    for key in ("data_dir", "runs", "kept", "out"):
+        if getattr(args, key) is not None:
+            runs.need(len(args.studies) == 1, f"--{key}", "given with one --study", args.study)
+            runs.check_folder(getattr(args, key), f"--{key}")
+            setattr(args, key, os.path.relpath(os.path.abspath(getattr(args, key)), runs.ROOT))
     return args
+
+
+def torch_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def parts_of(args: argparse.Namespace) -> list[Study]:
+    """The studies the flags name, with their overrides; each one's kept results read and checked now, not after
+    hours of work."""
+    parts = []
+    for name in args.studies:
+        st = study(name, args.smoke)
+        if not args.smoke:
+            st.seeds, st.extra, st.lrs = tuple(args.seeds), tuple(args.extra), args.lrs
+        st.device, st.lanes, st.prebuilt = args.device, args.lanes, args.prebuilt
+        for key in ("data_dir", "runs", "kept", "out"):
+            if getattr(args, key) is not None:
+                setattr(st, key, getattr(args, key))
+        if args.out is not None and name != "v3t":  # the pins travel with the results (T's are v2's)
+            st.pins = os.path.join(st.out, "data.json")
+        if os.path.isdir(st.out):
+            mini_report_v2.kept(st.out, pins=st.pins)
+        elif args.report_only:
+            raise SystemExit(f"{st.out} is missing: no kept results to report (--out)")
+        if name == "v2" and not args.report_only and not store.is_complete(os.path.join(st.kept, "adapt")) \
+                and not store.is_complete(PRETRAIN):
+            raise SystemExit(f"{PRETRAIN} holds no kept stage A: restore it (git checkout), or pretrain it again "
+                             "(docs/table2_miniature.md: scripts/table2/pretrain_ar.py)")
+        parts.append(st)
+    return parts
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.chdir(runs.ROOT)
-    parts = [study(name, args.smoke) for name in args.studies]
+    parts = parts_of(args)
     if args.report_only:
         return reports(parts)
     locks = []
     try:
         for st in parts:
             locks.append(common.acquire_lock(st.runs))  # a second study on these folders stops here, in one line
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))  # the cores, shared by lanes
         for st in parts:
             prepare(st, args.smoke)
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // args.lanes))  # the cores, shared by lanes
         run_lanes(queue(parts), args.lanes)
     finally:
         for path in locks:
@@ -564,13 +815,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def queue(parts: list[Study]) -> list[Job]:
-    """P's jobs, then T's; with both parts, T's long run waits until every P job is done (the protocol's order)."""
+    """v2's jobs, P's, then T's; with both parts of v3, T's long run waits until every P job is done (the protocol's
+    order)."""
+    v2 = [j for st in parts if st.name == "v2" for j in v2_jobs(st)]
     p = [j for st in parts if st.name == "v3" for j in p_jobs(st)]
     t = [j for st in parts if st.name == "v3t" for j in t_jobs(st)]
     if p and t:
         long = t[-1]
         t[-1] = Job(long.name, long.work, lambda: all(j.done() for j in p) and long.ready(), long.done)
-    return p + t
+    return v2 + p + t
 
 
 def reports(parts: list[Study]) -> None:
