@@ -377,9 +377,10 @@ def v2_jobs(st: Study) -> list["Job"]:
     jobs = [Job("v2 base", lambda say: decode(st, adapt, "base", 0, False, [("test", 0.85), VAL]),
                 done=lambda: all(os.path.exists(store.result_path(st.out, "base", 0, 0.85, w)) for w in ("test", "val")))]
     jobs += [Job(f"v2 {name}", lambda say, n=name: pilot(say, n)) for name in pilots]
-    runs_ = [(o, s) for s in st.seeds for o in ("sft", "relay")] + [(o, 1) for o in st.extra]
+    # the study proper: the seeds of SFT and Relay, then the extra objectives at seed 1
+    proper = [(o, s) for s in st.seeds for o in ("sft", "relay")] + [(o, 1) for o in st.extra]
     jobs += [Job(f"v2 {run_name(o, s)}", lambda say, o=o, s=s: v2_run(st, o, s, say), rates_chosen,
-                 done=lambda o=o, s=s: v2_finished(st, o, s)) for o, s in runs_]
+                 done=lambda o=o, s=s: v2_finished(st, o, s)) for o, s in proper]
     return jobs
 
 
