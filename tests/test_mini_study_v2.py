@@ -379,6 +379,40 @@ def test_the_kept_report_is_the_one_the_kept_results_give(tmp_path):
     assert open(os.path.join(kept, "mini_study_v2.md"), encoding="utf-8").read() == redrawn
 
 
+def test_a_replication_folder_gets_its_study_s_report(tmp_path):
+    """results/mini_study_v3_cuda (part P's fine-tunes on a GPU) is drawn as v3's report, checkpoint 200 and B3 as
+    the base, and its kept report is the one its JSONs give. Failed with the report chosen by the exact folder name:
+    drawn as v2's (each run's step chosen on validation, into mini_study_v2.md); with the NFE split naming stage B."""
+    import shutil
+    kept = os.path.join(ROOT, "results", "mini_study_v3_cuda")
+    copy = shutil.copytree(kept, tmp_path / "mini_study_v3_cuda", ignore=shutil.ignore_patterns("*.png"))
+    redrawn = mini_report_v2.report(str(copy), figures=str(tmp_path / "figures"))
+    assert redrawn.startswith("# Table 2 in miniature v3: report") and "each run's checkpoint 200" in redrawn
+    assert "Decoded on: cpu: base; cuda: relay_s2" in redrawn
+    assert "stage B" not in redrawn and redrawn.count("| Fast-dLLM v2 (B3) | 1 |") == 2  # Table 2 and the NFE split
+    assert open(os.path.join(kept, "mini_study_v3.md"), encoding="utf-8").read() == redrawn
+
+
+def test_a_loan_carries_no_b3_mixture_and_needs_b3_kept(tmp_path):
+    """v3 under --prebuilt: the loan's files are all the pinned ones but adapt.jsonl (B3's mixture, 4 MB gzipped, which
+    no fine-tune reads: the 64 MiB a loan carries has no room for it), checked against the pins without it; and a
+    loan without B3 kept stops in one line, as the mixture to train it is not there. Failed with adapt.jsonl packed
+    (the listing), and with the pins checked over every pinned file (KeyError on the missing mixture)."""
+    st = study.study("v3", False)
+    st.data_dir, st.out, st.kept = str(tmp_path / "built"), str(tmp_path / "out"), str(tmp_path / "kept")
+    st.pins = os.path.join(st.out, "data.json")
+    write_data(st.data_dir, {name: f"rows of {name}\n" * 20 for name in st.pinned})
+    study.check_pins(st)
+    packed = tmp_path / "packed"
+    study.pack_prebuilt(st, str(packed))
+    assert sorted(os.listdir(packed)) == sorted(f"{name}.gz" for name in st.pinned if name != "adapt.jsonl")
+    st.data_dir, st.prebuilt = str(packed), True
+    with pytest.raises(SystemExit, match="--prebuilt: B3 is not kept in .*kept/b3"):
+        study.prepare(st, False)
+    study.unpack_prebuilt(st)
+    study.check_pins(st)  # no adapt.jsonl here, and none needed
+
+
 def test_non_inferiority_reads_the_interval_s_lower_end_not_the_mean():
     """Six pairs whose pass@1 differences are -2 x 5 and -8 points: mean -3 (above the -5 margin), but the interval
     (t(5) 2.571, s.d. 2.449: -5.57 to -0.43) reaches below it, so Relay is not shown non-inferior; with every
@@ -409,3 +443,18 @@ def test_a_run_is_finished_only_when_every_result_of_its_protocol_is_kept(tmp_pa
             write_result(st.out, "sft_s1", 300, tau, protocol)
         assert study.v2_finished(st, "sft", 2) == (n == len(wanted)), n
     assert not study.v2_finished(st, "sft", 1)  # its weights are not kept
+
+
+def test_a_t_run_is_finished_only_with_its_test_and_validation_kept_at_one_step(tmp_path):
+    """t_finished() on a T run: a kept test decoding alone is not finished (a variant job decodes test, then
+    validation: a study killed between them must decode validation when resumed), nor is validation kept at
+    another step; test and validation at one step are. Bug checked: any kept test decoding counting as finished."""
+    st = study.study("v3t", smoke=False)
+    st.out = str(tmp_path / "out")
+    assert not study.t_finished(st, "relay_lr0.001_s2")  # nothing kept
+    write_result(st.out, "relay_lr0.001_s2", 300, 0.85, "test")
+    assert not study.t_finished(st, "relay_lr0.001_s2")
+    write_result(st.out, "relay_lr0.001_s2", 250, 0.85, "val")
+    assert not study.t_finished(st, "relay_lr0.001_s2")
+    write_result(st.out, "relay_lr0.001_s2", 300, 0.85, "val")
+    assert study.t_finished(st, "relay_lr0.001_s2")

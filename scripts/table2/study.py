@@ -5,7 +5,7 @@
     python scripts/table2/study.py --study=v3t            # T, why v2 came out the other way (v2's base and data)
     python scripts/table2/study.py --study=v3,v3t         # both in one queue on two lanes, P's jobs first
     python scripts/table2/study.py --study=v3 --smoke     # toy sizes: the whole pipeline in minutes (runs/mini3-smoke)
-    python scripts/table2/study.py --study=v2 --device=cuda --lanes=8 --prebuilt --data_dir=data/mini2-gpu  # docs/gpu.md
+    python scripts/table2/study.py --study=v3 --device=cuda --lanes=8 --prebuilt --data_dir=data/mini3-gpu  # docs/gpu.md
 
 Each job is skipped when its results are kept in the study's --out, so a killed study resumes with the same command;
 an interrupted training run resumes from its last checkpoint. A lane takes the first job whose inputs exist (v2's
@@ -60,7 +60,8 @@ class Study:
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5, 6)  # v2: seeds of SFT and Relay (1 is the pilot's)
     extra: tuple[str, ...] = ()  # v2: objectives fine-tuned once, seed 1, at Relay's rate
     lrs: tuple[float, ...] = (3e-4, 1e-3)  # v2: the pilot's learning rates
-    prebuilt: bool = False  # v2: the data carried in data_dir (files or .gz), stage B kept (a GPU loan)
+    prebuilt: bool = False  # the data carried in data_dir (files or .gz), the base kept (a GPU loan)
+    sandbox: str = "auto"  # eval_code.py --sandbox: where the judged programs run (recorded in every decoding)
     finetune_args: list[str] = field(default_factory=list)
     device: str = "cpu"
     lanes: int = 2
@@ -121,6 +122,9 @@ def prepare(st: Study, smoke: bool) -> None:
     """Build the data unless it is there (v2's build for T) or carried (--prebuilt), check every file against the
     study's pins; v2: its stage B (v3 starts from v2's kept one)."""
     if st.prebuilt:
+        if st.name == "v3" and not b3_done(st):
+            raise SystemExit(f"--prebuilt: B3 is not kept in {kept_b3(st)} with its trace in {st.out}/b3.json, and "
+                             "its mixture is not carried")
         unpack_prebuilt(st)
     elif not os.path.exists(os.path.join(st.data_dir, "build.json")):
         runs.sh([PY, "-m", "fastdllm.mini_data", "--out_dir=data/mini"])
@@ -136,15 +140,20 @@ def pack_prebuilt(st: Study, dest: str) -> None:
     checked against the pins first, gzipped into dest."""
     check_pins(st)
     os.makedirs(dest, exist_ok=True)
-    for name in st.pinned:
+    for name in carried(st):
         with open(os.path.join(st.data_dir, name), "rb") as src, gzip.open(os.path.join(dest, name + ".gz"), "wb") as dst:
             shutil.copyfileobj(src, dst)
+
+
+def carried(st: Study) -> tuple[str, ...]:
+    """The pinned files a loan needs: all but B3's mixture, which no fine-tune reads (B3 is kept before one)."""
+    return tuple(name for name in st.pinned if name != "adapt.jsonl")
 
 
 def unpack_prebuilt(st: Study) -> None:
     """--prebuilt: the files carried to a machine that cannot build them (a GPU loan: no corpus, 64 MiB), each as
     itself or gzipped (scripts/gpu/gpu_prepare.sh); a gzipped one is unpacked beside itself."""
-    for name in st.pinned:
+    for name in carried(st):
         path = os.path.join(st.data_dir, name)
         if not os.path.exists(path) and os.path.exists(path + ".gz"):
             with gzip.open(path + ".gz", "rb") as src, open(path + ".tmp", "wb") as dst:
@@ -159,7 +168,8 @@ def check_pins(st: Study) -> None:
     """Each file the study reads has the sha256 kept in st.pins, written the first time (not for T, which reads v2's
     data as v2 pinned it): a generator changed since, or a damaged copy, stops the study in one line instead of
     mixing results of two data sets."""
-    found = {name: common.file_sha256(os.path.join(st.data_dir, name)) for name in st.pinned}
+    names = carried(st) if st.prebuilt else st.pinned
+    found = {name: common.file_sha256(os.path.join(st.data_dir, name)) for name in names}
     if not os.path.exists(st.pins):
         if st.name == "v3t" and "smoke" not in st.runs:
             raise SystemExit(f"{st.pins} is missing: T reads v2's data as v2 pinned it (git checkout {st.pins})")
@@ -169,7 +179,7 @@ def check_pins(st: Study) -> None:
     try:
         with open(st.pins) as f:
             expected = json.load(f)["sha256"]
-        wrong = [name for name in st.pinned if found[name] != expected[name]]
+        wrong = [name for name in names if found[name] != expected[name]]
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
         raise SystemExit(f"{st.pins} does not hold the sha256 of every file in {st.data_dir}: restore it (git checkout)") \
             from None
@@ -227,7 +237,8 @@ def decode(st: Study, model_dir: str, name: str, step: int, carry: bool, jobs: l
             os.makedirs(os.path.join(st.runs, "eval"), exist_ok=True)
             runs.sh([PY, "eval_code.py", f"--model={model_dir}", f"--data_path={data}", *limit, f"--threshold={tau}",
                      f"--relay_carry={carry}", f"--out_dir={out}", f"--gt_cache_dir={st.runs}/gt_cache", *EVAL_ARGS,
-                     f"--device={st.device}", f"--workers={judge_workers(st)}"], log=os.path.join(st.runs, "eval", f"{name}.log"), echo=False)
+                     f"--device={st.device}", f"--workers={judge_workers(st)}", f"--sandbox={st.sandbox}"],
+                    log=os.path.join(st.runs, "eval", f"{name}.log"), echo=False)
             store.compact(out, path, dict(
                 study=st.name, model=name, step=step, tau=tau, protocol=protocol, relay_carry=carry, device=st.device,
                 data_file=FILES[protocol], data_sha256=common.file_sha256(data), model_digest=model_digest(model_dir),
@@ -412,9 +423,14 @@ def v2_finished(st: Study, objective: str, seed: int) -> bool:
 
 def finished(st: Study, name: str) -> bool:
     """Every decoding of the study's protocol is kept at one of the run's steps."""
+    return kept_at_one_step(st, name, st.protocol())
+
+
+def kept_at_one_step(st: Study, name: str, wanted: list[tuple[str, float]]) -> bool:
+    """Each (protocol, tau) decoding in wanted is kept in st.out at one and the same step of the run."""
     folder = os.path.join(st.out, name)
     steps = {int(f.split("_")[1]) for f in os.listdir(folder) if f.startswith("step_")} if os.path.isdir(folder) else set()
-    return any(all(os.path.exists(store.result_path(st.out, name, step, tau, where)) for where, tau in st.protocol())
+    return any(all(os.path.exists(store.result_path(st.out, name, step, tau, where)) for where, tau in wanted)
                for step in steps)
 
 
@@ -645,9 +661,9 @@ def t_jobs(st: Study) -> list["Job"]:
 
 
 def t_finished(st: Study, name: str) -> bool:
-    """The run's test decoding is kept (written last by both kinds of T job)."""
-    folder = os.path.join(st.out, name)
-    return os.path.isdir(folder) and any(f.endswith("_test_tau_0.85.json") for f in os.listdir(folder))
+    """The run's test and validation decodings at tau 0.85 are both kept at one step (a trajectory job
+    decodes validation at every checkpoint and the test last; a variant job both at its chosen step)."""
+    return kept_at_one_step(st, name, [("test", 0.85), ("val", 0.85)])
 
 
 # -----------------------------------------------------------------------------
@@ -734,8 +750,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", default="1,2,3,4,5,6", help="v2: seeds of SFT and Relay (1 is the pilot's)")
     p.add_argument("--extra", default="", help="v2: objectives fine-tuned once, seed 1 (rollout, relay_sg)")
     p.add_argument("--lrs", default="0.0003,0.001", help="v2: the pilot's learning rates")
-    p.add_argument("--prebuilt", action="store_true", help="v2: the data carried in --data_dir (files or .gz) instead "
-                   "of building it; stage B must be kept (a GPU loan: docs/gpu.md)")
+    p.add_argument("--prebuilt", action="store_true", help="the data carried in --data_dir (files or .gz) instead "
+                   "of building it; the base (v2: stage B, v3: B3) must be kept (a GPU loan: docs/gpu.md)")
+    p.add_argument("--sandbox", default="auto", help="where judged programs run (eval_code.py --sandbox: auto, bwrap, "
+                   "namespaces, or unsafe: only where nothing isolates, recorded in each result)")
     for key, what in (("data_dir", "the data"), ("runs", "run folders"), ("kept", "kept bf16 models"),
                       ("out", "kept results and the report")):
         p.add_argument(f"--{key}", default=None, help=f"{what}, instead of the study's own (one study only)")
@@ -744,6 +762,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     runs.need(args.studies and all(s in STUDIES for s in args.studies) and len(set(args.studies)) == len(args.studies),
               "--study", "v2, v3, v3t, or several of them (v3,v3t)", args.study)
     runs.need(args.lanes >= 1, "--lanes", ">= 1", args.lanes)
+    runs.need(args.sandbox in ("auto", "bwrap", "namespaces", "unsafe"), "--sandbox", "auto, bwrap, namespaces or unsafe",
+              args.sandbox)
     runs.need(args.device == "cpu" or (args.device == "cuda" and torch_cuda()), "--device", "cpu, or cuda on a GPU",
               args.device)
     args.seeds = runs.seed_list(args.seeds, "--seeds")
@@ -777,7 +797,7 @@ def parts_of(args: argparse.Namespace) -> list[Study]:
         st = study(name, args.smoke)
         if not args.smoke:
             st.seeds, st.extra, st.lrs = tuple(args.seeds), tuple(args.extra), args.lrs
-        st.device, st.lanes, st.prebuilt = args.device, args.lanes, args.prebuilt
+        st.device, st.lanes, st.prebuilt, st.sandbox = args.device, args.lanes, args.prebuilt, args.sandbox
         for key in ("data_dir", "runs", "kept", "out"):
             if getattr(args, key) is not None:
                 setattr(st, key, getattr(args, key))
