@@ -21,7 +21,7 @@ def test_compact_keeps_the_authors_plus_rule_and_the_nfe_per_task(tmp_path):
     ev = tmp_path / "eval"
     ev.mkdir()
     (ev / "results.json").write_text(json.dumps(dict(pass1_base=50.0, pass1_plus_authors=50.0, pass1_plus_evalplus=25.0,
-                                                     mean_nfe=7.5)))
+                                                     mean_nfe=7.5, sandbox="bwrap")))
     order = [IDS[3], IDS[0], IDS[2], IDS[1]]  # written in decoding order, kept in task order
     (ev / "samples.jsonl").write_text("".join(json.dumps(dict(task_id=t, nfe=n)) + "\n" for t, n in zip(order, (4, 5, 6, 15))))
     verdicts = {IDS[0]: (True, True), IDS[1]: (False, True), IDS[2]: (True, False), IDS[3]: (False, False)}
@@ -30,6 +30,7 @@ def test_compact_keeps_the_authors_plus_rule_and_the_nfe_per_task(tmp_path):
     r = store.compact(str(ev), str(tmp_path / "kept" / "x.json"), dict(model="sft_s1"))
     assert r["task_ids"] == IDS and r["nfe"] == [5, 15, 6, 4]
     assert r["base"] == [1, 0, 1, 0] and r["plus"] == [1, 1, 0, 0]  # plus inputs alone, whatever base gave
+    assert r["sandbox"] == "bwrap"  # how the programs were isolated (a GPU loan may have had no sandbox)
     assert json.loads((tmp_path / "kept" / "x.json").read_text()) == r
 
 

@@ -275,12 +275,12 @@ def step_counts(records: list[dict]) -> list[int]:
     return [r["step"] - (records[i - 1]["step"] if i else 0) for i, r in enumerate(records)]
 
 
-def nfe_sources(results: list[dict]) -> list[str]:
+def nfe_sources(results: list[dict], base_label: str = METHODS["base"]) -> list[str]:
     """Where each method's NFE comes from, at tau 0.85 on the test tasks: answer length (tokens, blocks decoded) and
     forward passes per block (mean over seeds of the per-task means); decodings that recorded blocks only."""
     test = [r for r in by_model(results, "test", TAU).values() if "blocks" in r]
     lines = ["| model | seeds | NFE | answer tokens | blocks | NFE per block |", "|---|---|---|---|---|---|"]
-    for method, label in METHODS.items():
+    for method, label in (METHODS | {"base": base_label}).items():
         found = [r for r in test if method_of(r["model"]) == method]
         if found:
             per_block = [mean([n / max(1, b) for n, b in zip(r["nfe"], r["blocks"])]) for r in found]
@@ -340,7 +340,7 @@ def mean_curve(curves: list[list[dict]]) -> list[tuple[float, float]]:
     return [(mean([nfe for nfe, _ in points]), mean([plus for _, plus in points])) for points in at]
 
 
-def plot_frontier(results: list[dict], path: str) -> None:
+def plot_frontier(results: list[dict], path: str, base_label: str = METHODS["base"]) -> None:
     """Each method's seeds faint, their mean frontier bold (seed s.d. is in the report's tables)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -348,7 +348,7 @@ def plot_frontier(results: list[dict], path: str) -> None:
     colors = {"base": "0.5", "sft": "tab:blue", "rollout": "tab:green", "relay_sg": "tab:purple", "relay": "tab:red"}
     found = curves(results, "test")
     fig, ax = plt.subplots(figsize=(6.5, 4.4))
-    for method, label in METHODS.items():
+    for method, label in (METHODS | {"base": base_label}).items():
         seeds = [c for (m, _), c in sorted(found.items()) if method_of(m) == method]
         if not seeds:
             continue
@@ -491,7 +491,9 @@ def kept(out: str, pins: str | None = None) -> list[dict]:
 def report(out: str, figures: str | None = None) -> str:
     if os.path.basename(os.path.normpath(out)) == "mini_study_v3_t":
         return trajectory_report(out, figures)
-    version, steps, base_label = REPORTS.get(os.path.basename(os.path.normpath(out)), REPORTS["mini_study_v2"])
+    folder = os.path.basename(os.path.normpath(out))  # mini_study_v3_cuda: v3's protocol on another device
+    version, steps, base_label = next((REPORTS[k] for k in sorted(REPORTS, reverse=True) if folder.startswith(k)),
+                                      REPORTS["mini_study_v2"])
     results = [r for r in kept(out) if r["model"] != "b3"]  # b3: the base's trace, not a row
     lines = [f"# Table 2 in miniature {version}: report", "",
              "Drawn by scripts/table2/mini_report_v2.py from the JSONs in this folder alone.",
@@ -499,7 +501,7 @@ def report(out: str, figures: str | None = None) -> str:
              f"## Table 2's columns (tau {TAU:g}; mean ± s.d. over seeds; {steps})", "",
              *table(results, base_label), "", "## Primary outcome", "", *primary(results), "", "## Secondary outcomes",
              "", *secondary(results), "", "## Training (equal steps x batch)", "", *training(out), ""]
-    for title, section in (("Where the NFE comes from (test tasks, tau 0.85)", nfe_sources(results)),
+    for title, section in (("Where the NFE comes from (test tasks, tau 0.85)", nfe_sources(results, base_label)),
                            ("Rows each run trained on", rows_seen(out))):
         lines += [f"## {title}", "", *section, ""] if section else []
     text = "\n".join(lines)
@@ -507,7 +509,7 @@ def report(out: str, figures: str | None = None) -> str:
         f.write(text)
     if any(r["protocol"] == "test" for r in results):
         os.makedirs(figures or out, exist_ok=True)
-        plot_frontier(results, os.path.join(figures or out, f"mini_frontier_{version}.png"))
+        plot_frontier(results, os.path.join(figures or out, f"mini_frontier_{version}.png"), base_label)
     print(text)
     return text
 

@@ -168,7 +168,8 @@ def compact(eval_dir: str, path: str, meta: dict) -> dict:
     samples = {r["task_id"]: r for r in read_jsonl(os.path.join(eval_dir, "samples.jsonl"))}
     judged = {r["task_id"]: r for r in read_jsonl(os.path.join(eval_dir, "judged.jsonl"))}
     ids = sorted(samples, key=lambda t: (t.split("/")[1], int(t.rsplit("/", 1)[1])))
-    record = dict(meta, **{k: summary[k] for k in RESULT_KEYS}, n=len(ids), task_ids=ids,
+    judged_in = {"sandbox": summary["sandbox"]} if "sandbox" in summary else {}  # how the programs were isolated
+    record = dict(meta, **{k: summary[k] for k in RESULT_KEYS}, **judged_in, n=len(ids), task_ids=ids,
                   base=[int(bool(judged[t]["base"])) for t in ids],
                   plus=[int(bool(judged[t]["plus_inputs"])) for t in ids], nfe=[samples[t]["nfe"] for t in ids])
     if all("blocks" in samples[t] for t in ids):
