@@ -221,7 +221,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, mini2_seeds, tests, train_profile, standin_study"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, mini3_seeds, tests, train_profile, standin_study"):
         run(tmp_path, "--parts=nope")
 
 
@@ -236,8 +236,8 @@ def check_arguments(cmd: list[str]) -> None:
     script, args = args[0], args[1:]
     if script == "-m":  # pytest: its own options are checked by pytest itself; --device by conftest
         assert args[0] == "pytest"
-    elif script == "-c":  # a copy of kept results: the source is in the repository
-        assert os.path.isdir(os.path.join(ROOT, args[1])), args
+    elif script == "-c":  # a copy of kept results (in the repository) or of what gpu_prepare.sh packed to carry
+        assert os.path.isdir(os.path.join(ROOT, args[1])) or args[1].startswith(gpu_check.MINI3_DATA + "/"), args
     elif script == "scripts/table2/study.py":
         from scripts.table2 import study
         study.parse_args(args)
@@ -269,7 +269,7 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 37
+    assert len(commands) == 38
     for cmd in commands:
         check_arguments(cmd)
 
@@ -301,3 +301,14 @@ def test_a_table1_run_resumes_only_while_unfinished(tmp_path):
     for seconds, expected in ((60.0, "--resume=True"), (180.5, "--overwrite=True")):
         (out / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "train_seconds": seconds}) + "\n")
         assert flags() == [expected]
+
+
+def test_the_judge_runs_in_the_strongest_sandbox_the_loan_has(monkeypatch, capsys):
+    """mini3_seeds' judge: the strongest isolating mode that works on the lent machine, else "unsafe" said in one line
+    (the study must be judged there: its checkpoints do not come back). Failed with the ValueError let through."""
+    import fastdllm.sandbox
+    monkeypatch.setattr(fastdllm.sandbox, "mode_problem", lambda mode: "" if mode == "namespaces" else "no bwrap")
+    assert gpu_check.judge_sandbox() == "namespaces"
+    monkeypatch.setattr(fastdllm.sandbox, "mode_problem", lambda mode: "not permitted")
+    assert gpu_check.judge_sandbox() == "unsafe"
+    assert "judging unisolated on this machine: no sandbox works here" in capsys.readouterr().out

@@ -6,8 +6,8 @@
     python scripts/gpu/gpu_check.py --parts=standin_pair --pack=$OUT   # a loan's first command, its files in $OUT
 
 The parts run in order of value (docs/gpu.md): the paper's 7.1M model trained on the stand-in, MLM
-against Relay (scripts/gpu/gpu_standin.py), the seeds of the Table 2 miniature v2 the kept results lack
-(scripts/table2/study.py --study=v2), the test suite on the device, Table 1 training speed (eager,
+against Relay (scripts/gpu/gpu_standin.py), the fine-tunes of the Table 2 miniature v3 the kept results lack
+(scripts/table2/study.py --study=v3), the test suite on the device, Table 1 training speed (eager,
 compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
 Fast-dLLM v2 at the 1.5B shape (a ZeRO-3 step per objective, Figure 3's memory, decoding speed). Each
 part is one or more commands with a time limit; its result goes to out_dir/<part>.json, and a part
@@ -60,8 +60,18 @@ class Part:
 # ----------------------------------------------------------------------------- the parts
 
 BENCH = r"^\||^device:|^#+ |after the timed ones"  # bench_train.py: its setting line, tables and profile headings
-MINI2_DATA = "data/mini2-gpu"  # the v2 study's data, gzipped (scripts/gpu/gpu_prepare.sh)
+MINI3_DATA = "data/mini3-gpu"  # the v3 study's data and ground truth, gzipped (scripts/gpu/gpu_prepare.sh)
 STANDIN_DATA = "data/sudoku-standin-gpu"  # the stand-in's files training and evaluation read (docs/gpu.md)
+
+
+def judge_sandbox() -> str:
+    """The strongest sandbox that works here, else "unsafe" (said in one line): the study's judge must run."""
+    import fastdllm.sandbox
+    try:
+        return fastdllm.sandbox.choose_mode("auto").mode
+    except ValueError as e:
+        print(f"judging unisolated on this machine: {e}", flush=True)
+        return "unsafe"
 
 
 def plan(smoke: bool, work: str) -> list[Part]:
@@ -159,18 +169,23 @@ def plan(smoke: bool, work: str) -> list[Part]:
             return [[PY, "scripts/gpu/gpu_standin.py", "--smoke", f"--data_dir={work}/standin_data", *where]]
         return [[PY, "scripts/gpu/gpu_standin.py", f"--data_dir={STANDIN_DATA}", *where]]
 
-    def mini2_seeds() -> list[list[str]]:
-        """The v2 code-task study continued on the device (scripts/table2/study.py --study=v2): the repository's kept
-        results copied beside the report first, so only the seeds they lack run, every lane at once on the data
-        carried by scripts/gpu/gpu_prepare.sh. Smoke: the copy and the report only (training needs the corpus, which
-        CI does not build)."""
-        out = os.path.join(os.path.dirname(work), "mini_study_v2")
+    def mini3_seeds() -> list[list[str]]:
+        """Part P of the v3 code-task study continued on the device (scripts/table2/study.py --study=v3): the
+        repository's kept results copied beside the report first, so only the fine-tunes they lack run, eight lanes
+        at once on the data and ground-truth cache carried by scripts/gpu/gpu_prepare.sh. The judge runs in the
+        strongest sandbox that works there; where none does (a container without namespaces), unisolated on the
+        lent machine, which reaches nothing and is discarded after: each result records the mode. Smoke: the copy
+        and the report only (training needs the corpus, which CI does not build)."""
+        out = os.path.join(os.path.dirname(work), "mini_study_v3")
         copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
-                "results/mini_study_v2", out]
+                "results/mini_study_v3", out]
         if smoke:
-            return [copy, [PY, "scripts/table2/study.py", "--study=v2", "--report_only", f"--out={out}"]]
-        return [copy, [PY, "scripts/table2/study.py", "--study=v2", "--device=cuda", "--lanes=8", "--prebuilt",
-                       f"--data_dir={MINI2_DATA}", f"--runs={work}/mini2_runs", f"--out={out}"]]
+            return [copy, [PY, "scripts/table2/study.py", "--study=v3", "--report_only", f"--out={out}"]]
+        cache = [PY, "-c", "import shutil, sys, os; os.path.isdir(sys.argv[1]) and shutil.copytree(sys.argv[1], "
+                 "sys.argv[2], dirs_exist_ok=True)", f"{MINI3_DATA}/gt_cache", f"{work}/mini3_runs/gt_cache"]
+        return [copy, cache, [PY, "scripts/table2/study.py", "--study=v3", "--device=cuda", "--lanes=8", "--prebuilt",
+                              f"--data_dir={MINI3_DATA}", f"--runs={work}/mini3_runs", f"--out={out}",
+                              f"--sandbox={judge_sandbox()}"]]
 
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
@@ -186,8 +201,8 @@ def plan(smoke: bool, work: str) -> list[Part]:
              standin_pair, 540, 480, r"^\| test hard cohort \|", summarize=lambda w: "![crossover](gpu_standin/"
              "standin_crossover.png)\n\n![ladder](gpu_standin/standin_ladder.png)"),
         # then the Table 2 study's seeds, which take the CPU about 10 hours (resumable: a second command continues)
-        Part("mini2_seeds", "Table 2 in miniature v2: the SFT and Relay seeds the kept results lack, every lane at once",
-             mini2_seeds, 540, 420, r"mean NFE per test task at tau 0.85", keep=r"^\||^Relay - SFT"),
+        Part("mini3_seeds", "Table 2 in miniature v3, part P: the fine-tunes the kept results lack, eight lanes at once",
+             mini3_seeds, 540, 420, r"mean NFE per test task at tau 0.85", keep=r"^\||^Relay - SFT"),
         # then what has never run on a GPU, or failed there (the device tests, fixed since the H200 run)
         Part("tests", "Test suite on the device", tests, 480, 100, r"\d+ passed",
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
