@@ -14,6 +14,7 @@ import json
 import math
 import os
 import pickle
+import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import fastdllm.sandbox
@@ -347,9 +348,11 @@ def ground_truth(problems: list[dict], mbpp: bool, workers: int, memory_gb: floa
         with ThreadPoolExecutor(workers) as pool:
             raw = dict(pool.map(one, problems))
         os.makedirs(cache_dir, exist_ok=True)
-        with open(path + ".tmp", "w") as f:
+        # a temporary file of its own: two evaluations sharing a cache (a study's lanes) may write it at once
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=os.path.basename(path) + ".", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
             json.dump(raw, f)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     gt = {}
     for p in problems:
         gt[p["task_id"]] = {}

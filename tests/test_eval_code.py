@@ -494,3 +494,27 @@ def test_the_command_says_why_a_stronger_sandbox_is_not_used(tmp_path, monkeypat
     assert not (tmp_path / "b").exists()
     summary = eval_code.main(args + [f"--out_dir={tmp_path}/c", "--sandbox=unsafe"])
     assert summary["sandbox"] == "unsafe" and f"sandbox: {fastdllm.sandbox.describe_mode('unsafe')}" in capsys.readouterr().out
+
+
+def test_two_evaluations_writing_one_ground_truth_cache_at_once_both_finish(tmp_path, monkeypatch):
+    """Two evaluations sharing a cache (a study's two lanes) compute one task's ground truth; the second writes
+    and renames the cache while the first is still writing. Both return the expected outputs and the cache is
+    whole. Bug checked: one temporary name (cache.tmp) for every writer: the second truncated the first's file and
+    renamed it away, and the first's rename failed (FileNotFoundError)."""
+    problems = [dict(task_id="T/0", prompt="def f(x):\n", canonical_solution="    return x + 1\n", entry_point="f",
+                     base_input=[[1]], plus_input=[[2]])]
+    dump, nested = json.dump, []
+
+    def dump_while_another_writes(obj, f, **kw):
+        if not nested and isinstance(obj, dict) and "T/0" in obj:  # the first writer, writing the cache: a
+            # second evaluation writes the same cache to the end
+            nested.append(None)
+            nested[0] = fastdllm.judge.ground_truth(problems, False, 1, 1.0, str(tmp_path), MODE)
+        dump(obj, f, **kw)
+
+    monkeypatch.setattr(fastdllm.judge.json, "dump", dump_while_another_writes)
+    first = fastdllm.judge.ground_truth(problems, False, 1, 1.0, str(tmp_path), MODE)
+    assert first["T/0"]["base_input"][0] == [2] and first["T/0"]["plus_input"][0] == [3] and nested[0] == first
+    monkeypatch.setattr(fastdllm.judge.json, "dump", dump)
+    [cache] = os.listdir(tmp_path)  # no temporary file left beside it
+    assert json.load(open(tmp_path / cache)).keys() == {"T/0"}
