@@ -1,5 +1,5 @@
-"""Table 2 in miniature's kept models (reference/mini/pretrain, reference/mini2/) and the README's check
-(scripts/table2/mini_check.py).
+"""Table 2 in miniature's kept models (reference/mini/pretrain, reference/mini2/) and the check
+(scripts/table2/mini_check.py) whose table docs/table2_miniature.md states.
 
 The kept directories are bf16 copies of v2's checkpoints: each is verified against its manifest, holds the step
 and objective the study ran (the fine-tunes: their step of lowest validation loss), and together with v1's kept
@@ -106,20 +106,20 @@ def test_the_kept_models_decode_the_study_s_test_tasks_as_it_measured():
 
 
 def readme_rows() -> dict[str, tuple[float, ...]]:
-    """The README's table printed by `python scripts/table2/mini_check.py`: {model: (base, plus, NFE)}."""
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = text.split("python scripts/table2/mini_check.py", 1)[1]
+    """docs/table2_miniature.md's table printed by `python scripts/table2/mini_check.py`: {model: (base, plus, NFE)}."""
+    text = open(os.path.join(ROOT, "docs", "table2_miniature.md"), encoding="utf-8").read()
+    section = text.split("`python scripts/table2/mini_check.py` prints", 1)[1]
     rows = {}
     for label in ("Fast-dLLM v2 (stage B)", "Vanilla SFT", "Relay"):
         m = re.search(r"^\| " + re.escape(label) + r" \| ([\d.]+)% \| ([\d.]+)% \| ([\d.]+) \|", section, re.M)
-        assert m, f"the README's mini_check table has no row for {label}"
+        assert m, f"docs/table2_miniature.md's mini_check table has no row for {label}"
         rows[label] = tuple(float(x) for x in m.groups())
     return rows
 
 
 @pytest.mark.slow
 def test_the_readme_states_what_mini_check_prints():
-    """The README's second command, as a user runs it (100 tasks): its numbers are the README's."""
+    """mini_check.py as a user runs it (100 tasks): its numbers are the ones docs/table2_miniature.md states."""
     records, _ = mini_check.main([f"--sandbox={sandbox_mode()}"])
     for label, (base, plus, nfe) in readme_rows().items():
         got = mini_check.columns(records[label])

@@ -317,28 +317,39 @@ def test_prebuilt_data_is_unpacked_then_checked_and_missing_files_are_one_line(t
         study.unpack_prebuilt(st)
 
 
-def test_the_readme_states_the_kept_v2_results():
-    """The README's v2 rows (400 test tasks, tau 0.85: pass@1 base / plus and NFE, the held-out wording's plus / NFE,
-    mean ± s.d. over the kept seeds) and its primary outcome (Relay - SFT NFE with its 95% t interval) are what the
-    kept JSONs' own summary fields give, recomputed here with `statistics` and a printed t table rather than the
-    report's code. Fails with a number edited in the README, or a seed kept and the README not updated."""
-    import statistics
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    out = os.path.join(ROOT, "results", "mini_study_v2")
+def kept_summaries(out: str) -> dict[tuple[str, str], dict]:
+    """(model, protocol) -> the kept JSON at tau 0.85 (one step per run), for the test and the reworded tasks."""
     summary: dict[tuple[str, str], dict] = {}
-    for model in os.listdir(out):  # one chosen step per run: step_<k>_<protocol>_tau_0.85.json
+    for model in os.listdir(out):  # step_<k>_<protocol>_tau_0.85.json
         folder = os.path.join(out, model)
         for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
             for protocol in ("test", "reworded"):
                 if name.endswith(f"_{protocol}_tau_0.85.json"):
                     summary[(model, protocol)] = json.load(open(os.path.join(folder, name)))
+    return summary
+
+
+@pytest.mark.parametrize("folder, base_label", [("mini_study_v2", None), ("mini_study_v3", "Fast-dLLM v2 (B3)")])
+def test_the_readme_states_the_kept_results(folder, base_label):
+    """The README's rows of the study (400 test tasks, tau 0.85: pass@1 base / plus and NFE, the held-out wording's
+    plus / NFE, mean ± s.d. over the kept seeds; v3's, v2 in one line) and each study's primary outcome (Relay - SFT
+    NFE with its 95% t interval) are what the kept JSONs' own summary fields give, recomputed here with `statistics`
+    and a printed t table rather than the report's code. Fails with a number edited in the README, or a seed kept
+    and the README not updated."""
+    import statistics
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().replace("−", "-")  # the typeset minus
+    summary = kept_summaries(os.path.join(ROOT, "results", folder))
 
     def cell(values: list[float]) -> str:
         return f"{statistics.mean(values):.1f}" + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else "")
 
-    for method, label in (("base", "Fast-dLLM v2 (stage B)"), ("sft", "Vanilla SFT"), ("relay", "Relay")):
-        models = sorted(m for m, p in summary if p == "test" and (m == method or m.startswith(method + "_s")))
+    labels = (("base", base_label), ("sft", "Vanilla SFT"), ("rollout", "Rollout"), ("relay_sg", "Relay (sg)"),
+              ("relay", "Relay")) if base_label else ()
+    for method, label in labels:
+        models = sorted(m for m, p in summary if p == "test" and (m == method or m.rsplit("_s", 1)[0] == method))
         test = [summary[(m, "test")] for m in models]
+        if not test and method in ("rollout", "relay_sg"):
+            continue  # not run yet
         reworded = [summary[(m, "reworded")] for m in models if (m, "reworded") in summary]
         assert test and all(r["n"] >= 400 for r in test), method
         held_out = (f"{cell([r['pass1_plus_authors'] for r in reworded])} / {cell([r['mean_nfe'] for r in reworded])}"
@@ -347,7 +358,7 @@ def test_the_readme_states_the_kept_v2_results():
                f"{cell([r['pass1_plus_authors'] for r in test])} | {cell([r['mean_nfe'] for r in test])} | {held_out} |")
         assert row in readme, f"the README lacks the row {row}"
     seeds = sorted(int(m.split("_s")[1]) for m, p in summary if p == "test" and m.startswith("relay_s")
-                   and (f"sft_s{m.split('_s')[1]}", "test") in summary)
+                   and m[len("relay_s"):].isdigit() and (f"sft_s{m.split('_s')[1]}", "test") in summary)
     diffs = [summary[(f"relay_s{s}", "test")]["mean_nfe"] - summary[(f"sft_s{s}", "test")]["mean_nfe"] for s in seeds]
     t975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}[len(diffs) - 1]
     half = t975 * statistics.stdev(diffs) / math.sqrt(len(diffs))
