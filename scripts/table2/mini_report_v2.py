@@ -186,12 +186,17 @@ def plus(r: dict) -> float:
     return 100 * mean(r["plus"])
 
 
+def method_labels(base_label: str) -> dict[str, str]:
+    """Each method's row label, the base named as the study names it (v2: stage B, v3: B3)."""
+    return METHODS | {"base": base_label}
+
+
 def table(results: list[dict], base_label: str = METHODS["base"]) -> list[str]:
     lines = ["| model | seeds | step | test: base | plus | NFE | held-out wording: plus | NFE | validation: plus | NFE |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     columns = [("test", "base"), ("test", "plus"), ("test", "nfe"), ("reworded", "plus"), ("reworded", "nfe"),
                ("val", "plus"), ("val", "nfe")]
-    for method, label in (METHODS | {"base": base_label}).items():
+    for method, label in method_labels(base_label).items():
         models = sorted({r["model"] for r in results if method_of(r["model"]) == method})
         if not models:
             continue
@@ -280,7 +285,7 @@ def nfe_sources(results: list[dict], base_label: str = METHODS["base"]) -> list[
     forward passes per block (mean over seeds of the per-task means); decodings that recorded blocks only."""
     test = [r for r in by_model(results, "test", TAU).values() if "blocks" in r]
     lines = ["| model | seeds | NFE | answer tokens | blocks | NFE per block |", "|---|---|---|---|---|---|"]
-    for method, label in (METHODS | {"base": base_label}).items():
+    for method, label in method_labels(base_label).items():
         found = [r for r in test if method_of(r["model"]) == method]
         if found:
             per_block = [mean([n / max(1, b) for n, b in zip(r["nfe"], r["blocks"])]) for r in found]
@@ -348,7 +353,7 @@ def plot_frontier(results: list[dict], path: str, base_label: str = METHODS["bas
     colors = {"base": "0.5", "sft": "tab:blue", "rollout": "tab:green", "relay_sg": "tab:purple", "relay": "tab:red"}
     found = curves(results, "test")
     fig, ax = plt.subplots(figsize=(6.5, 4.4))
-    for method, label in (METHODS | {"base": base_label}).items():
+    for method, label in method_labels(base_label).items():
         seeds = [c for (m, _), c in sorted(found.items()) if method_of(m) == method]
         if not seeds:
             continue
