@@ -380,14 +380,15 @@ def test_the_docs_state_the_report_s_numbers():
         assert line in page, f"docs/table2_miniature.md lacks: {line}"
 
 
-def test_the_kept_report_is_the_one_the_kept_results_give(tmp_path):
-    """results/mini_study_v2/mini_study_v2.md (the docs point at it) is what --report_only writes for the kept JSONs
-    today, redrawn in a copy of the folder. Fails when a seed is kept and the report not redrawn."""
+@pytest.mark.parametrize("folder", ["mini_study_v2", "mini_study_v3", "mini_study_v3_t"])
+def test_the_kept_report_is_the_one_the_kept_results_give(tmp_path, folder):
+    """Each study's kept report (results/<folder>/<folder>.md; the docs point at it) is what --report_only writes for
+    the kept JSONs today, redrawn in a copy of the folder. Fails when a seed is kept and the report not redrawn."""
     import shutil
-    kept = os.path.join(ROOT, "results", "mini_study_v2")
-    copy = shutil.copytree(kept, tmp_path / "mini_study_v2", ignore=shutil.ignore_patterns("*.png"))
+    kept = os.path.join(ROOT, "results", folder)
+    copy = shutil.copytree(kept, tmp_path / folder, ignore=shutil.ignore_patterns("*.png", "*.md"))
     redrawn = mini_report_v2.report(str(copy), figures=str(tmp_path / "figures"))
-    assert open(os.path.join(kept, "mini_study_v2.md"), encoding="utf-8").read() == redrawn
+    assert open(os.path.join(kept, f"{folder}.md"), encoding="utf-8").read() == redrawn
 
 
 def test_a_replication_folder_gets_its_study_s_report(tmp_path):
