@@ -221,7 +221,7 @@ def test_done_parts_are_skipped_and_failed_ones_run_again(tmp_path, monkeypatch)
 
 
 def test_unknown_part_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, mini3_seeds, tests, train_profile, standin_study"):
+    with pytest.raises(SystemExit, match="unknown part.*nope; the parts are standin_pair, mini3_seeds, mini3_t, tests, train_profile"):
         run(tmp_path, "--parts=nope")
 
 
@@ -269,7 +269,7 @@ def test_every_command_of_the_gpu_plan_parses(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan is for a GPU; only parsing happens here
     commands = [cmd for part in gpu_check.plan(False, str(tmp_path)) for cmd in part.commands()]
-    assert len(commands) == 38
+    assert len(commands) == 41
     for cmd in commands:
         check_arguments(cmd)
 

@@ -7,7 +7,7 @@
 
 The parts run in order of value (docs/gpu.md): the paper's 7.1M model trained on the stand-in, MLM
 against Relay (scripts/gpu/gpu_standin.py), the fine-tunes of the Table 2 miniature v3 the kept results lack
-(scripts/table2/study.py --study=v3), the test suite on the device, Table 1 training speed (eager,
+(scripts/table2/study.py --study=v3) and of its part T (--study=v3t), the test suite on the device, Table 1 training speed (eager,
 compiled, profiled), learning on CUDA against the CPU, the longest Table 1 runs that fit, then
 Fast-dLLM v2 at the 1.5B shape (a ZeRO-3 step per objective, Figure 3's memory, decoding speed). Each
 part is one or more commands with a time limit; its result goes to out_dir/<part>.json, and a part
@@ -187,6 +187,22 @@ def plan(smoke: bool, work: str) -> list[Part]:
                               f"--data_dir={MINI3_DATA}", f"--runs={work}/mini3_runs", f"--out={out}",
                               f"--sandbox={judge_sandbox()}"]]
 
+    def mini3_t() -> list[list[str]]:
+        """Part T of the v3 study continued on the device (scripts/table2/study.py --study=v3t), as mini3_seeds
+        continues P: T's kept results copied beside the report, then the runs they lack (the 900-step Relay run,
+        three to six hours on one CPU core, among them), eight lanes at once. T reads v2's files, which are P's byte for
+        byte (the same sha256 in both studies' data.json), so it reads the data mini3_seeds carries."""
+        out = os.path.join(os.path.dirname(work), "mini_study_v3_t")
+        copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
+                "results/mini_study_v3_t", out]
+        if smoke:
+            return [copy, [PY, "scripts/table2/study.py", "--study=v3t", "--report_only", f"--out={out}"]]
+        cache = [PY, "-c", "import shutil, sys, os; os.path.isdir(sys.argv[1]) and shutil.copytree(sys.argv[1], "
+                 "sys.argv[2], dirs_exist_ok=True)", f"{MINI3_DATA}/gt_cache", f"{work}/mini3t_runs/gt_cache"]
+        return [copy, cache, [PY, "scripts/table2/study.py", "--study=v3t", "--device=cuda", "--lanes=8", "--prebuilt",
+                              f"--data_dir={MINI3_DATA}", f"--runs={work}/mini3t_runs", f"--out={out}",
+                              f"--sandbox={judge_sandbox()}"]]
+
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
             ["--shape=1.5b", "--device=cuda", "--batch_size=32"]
@@ -203,6 +219,10 @@ def plan(smoke: bool, work: str) -> list[Part]:
         # then the Table 2 study's seeds, which take the CPU about 10 hours (resumable: a second command continues)
         Part("mini3_seeds", "Table 2 in miniature v3, part P: the fine-tunes the kept results lack, eight lanes at once",
              mini3_seeds, 540, 420, r"mean NFE per test task at tau 0.85", keep=r"^\||^Relay - SFT"),
+        # then T's runs: v2's micro-batches of 8 rows take a quarter of P's kernel launches per row, so the 900 steps
+        # should take minutes (an estimate from P's H200 run, not measured; resumable: a second command continues)
+        Part("mini3_t", "Table 2 in miniature v3, part T: the runs the kept results lack, eight lanes at once",
+             mini3_t, 540, 480, r"^\| rate: Relay at 1e-3 - SFT", keep=r"^\|"),
         # then what has never run on a GPU, or failed there (the device tests, fixed since the H200 run)
         Part("tests", "Test suite on the device", tests, 480, 100, r"\d+ passed",
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),

@@ -27,7 +27,8 @@ done
 "$PY" scripts/gpu/gpu_standin.py --check_only --data_dir="$OUT"
 # the v3 study's data as its GPU part reads it (study.py --study=v3 --prebuilt): what its runs read, checked against
 # the pins of its kept results (and again on the device), gzipped to fit the 64 MiB carried; with the canonical
-# solutions' outputs its judge caches, so that eight lanes do not compute them at once
+# solutions' outputs its judge caches, so that eight lanes do not compute them at once. Part T (mini3_t) reads the same
+# files: v2's, byte for byte
 if [ -f data/mini3/build.json ]; then
     "$PY" -c "from scripts.table2 import study as s; s.pack_prebuilt(s.study('v3', False), 'data/mini3-gpu')"
     if [ -d runs/mini3/p/gt_cache ]; then
