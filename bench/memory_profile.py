@@ -43,6 +43,7 @@ from train_fastdllm import make_step_fn, sft_loss
 class Config:
     init_from: str = HUB_ID  # checkpoint dir, hub id, "random-1.5b" (the 1.5B shapes, random weights) or "tiny"
     allow_unverified: bool = False  # load a checkpoint dir without manifest.json (else refused): its files go unchecked
+    pin: str = ""  # a pin file (python -m fastdllm.model --pin=...): a hub snapshot's files must have its sha256
     regimes: str = "sft,relay"  # comma-separated objectives to profile (sft, rollout, relay_sg, relay)
     seq_len: int = 2048
     batch_size: int = 2
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
                     model = make_tiny_fastdllm(use_relay=relay, seed=cfg.seed, **FAST_DLLM_V2_1_5B).to(dtype)
             else:
                 model, _ = load_fastdllm(cfg.init_from, use_relay=relay, dtype=dtype,
-                                         allow_unverified=cfg.allow_unverified)
+                                         allow_unverified=cfg.allow_unverified, pin=cfg.pin or None)
         except ValueError as e:
             raise SystemExit(f"memory_profile.py: {e}")
         if cfg.seq_len % model.config.bd_size:

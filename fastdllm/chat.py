@@ -18,6 +18,7 @@ from fastdllm.generate import generate
 class ChatConfig:
     model: str = "Efficient-Large-Model/Fast_dLLM_v2_1.5B"  # hub id, checkpoint dir, or "tiny" (random, CPU smoke test)
     allow_unverified: bool = False  # load a checkpoint dir without manifest.json (else refused): its files go unchecked
+    pin: str = ""  # a pin file (python -m fastdllm.model --pin=...): a hub snapshot's files must have its sha256
     prompt: str = "Write a Python function that returns the n-th Fibonacci number."
     relay_carry: bool = False  # Relay checkpoints: carry the relay state between denoising forwards
     decode: str = "authors"  # authors (paper Table 2) | batch_invariant (see docs/fastdllm.md)
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> str:
             model, tok = fastdllm.model.make_tiny_fastdllm(use_relay=cfg.relay_carry, seed=cfg.seed), fastdllm.model.make_tiny_tokenizer()
         else:
             model, tok = fastdllm.model.load_fastdllm(cfg.model, dtype=dtypes[cfg.dtype], device=device,
-                                                      allow_unverified=cfg.allow_unverified)
+                                                      allow_unverified=cfg.allow_unverified, pin=cfg.pin or None)
         text = tok.apply_chat_template([{"role": "user", "content": cfg.prompt}], tokenize=False, add_generation_prompt=True)
         torch.manual_seed(cfg.seed)
         out = generate(model.to(device).eval(), [tok(text, add_special_tokens=False)["input_ids"]],

@@ -346,7 +346,8 @@ def test_a_re_pointed_weights_link_is_refused_only_with_a_pin(tmp_path, monkeypa
     """model.safetensors re-pointed to another valid blob of the cache (other weights) passes the blob check: the
     file is the blob it links to, and offline nothing says which blob is this file's (docs/reliability.md). With
     the pin `python -m fastdllm.model --pin=org/tiny` wrote before, load_fastdllm refuses it in one line naming the
-    file and the pin, with --allow_unverified=True too, and so does eval_code.py --pin; a plain file of those other
+    file and the pin, with --allow_unverified=True too, and so does --pin of every other loader (eval_code.py,
+    train_fastdllm.py, fastdllm.chat, bench/memory_profile.py); a plain file of those other
     weights in the link's place is refused by the pin under --allow_unverified=True as well, and so is a
     special_tokens_map.json the pin does not list. Bugs checked: the pin's sha256 not compared with the files (the
     re-pointed link's refusals missed); the blob check, under allow_unverified, returning before the pin is
@@ -387,9 +388,10 @@ def test_a_re_pointed_weights_link_is_refused_only_with_a_pin(tmp_path, monkeypa
             load_fastdllm(snapshot, dtype=torch.float32, allow_unverified=allow, pin=str(pin))
         assert "\n" not in str(e.value)
     monkeypatch.chdir(ROOT)
-    with pytest.raises(SystemExit, match=refusal):
-        eval_code.main([f"--model={snapshot}", f"--pin={pin}", "--limit=1", "--device=cpu", "--dtype=float32", SANDBOX,
-                        f"--out_dir={tmp_path / 'eval'}"])
+    for name, load in fastdllm_loaders(snapshot, tmp_path, f"--pin={pin}").items():
+        if name != "load_fastdllm":  # called with pin= above
+            with pytest.raises((ValueError, SystemExit), match=refusal):
+                load()
     os.remove(os.path.join(snapshot, "model.safetensors"))
     shutil.copy(other, os.path.join(snapshot, "model.safetensors"))
     with pytest.raises(ValueError, match=refusal):
