@@ -169,39 +169,25 @@ def plan(smoke: bool, work: str) -> list[Part]:
             return [[PY, "scripts/gpu/gpu_standin.py", "--smoke", f"--data_dir={work}/standin_data", *where]]
         return [[PY, "scripts/gpu/gpu_standin.py", f"--data_dir={STANDIN_DATA}", *where]]
 
-    def mini3_seeds() -> list[list[str]]:
-        """Part P of the v3 code-task study continued on the device (scripts/table2/study.py --study=v3): the
-        repository's kept results copied beside the report first, so only the fine-tunes they lack run, eight lanes
-        at once on the data and ground-truth cache carried by scripts/gpu/gpu_prepare.sh. The judge runs in the
-        strongest sandbox that works there; where none does (a container without namespaces), unisolated on the
+    def mini3_study(name: str, folder: str, runs: str) -> Callable[[], list[list[str]]]:
+        """A part of the v3 code-task study continued on the device (scripts/table2/study.py --study=<name>): the
+        repository's kept results (results/<folder>) copied beside the report first, so only the runs they lack run,
+        eight lanes at once on the data and ground-truth cache carried by scripts/gpu/gpu_prepare.sh. The judge runs in
+        the strongest sandbox that works there; where none does (a container without namespaces), unisolated on the
         lent machine, which reaches nothing and is discarded after: each result records the mode. Smoke: the copy
         and the report only (training needs the corpus, which CI does not build)."""
-        out = os.path.join(os.path.dirname(work), "mini_study_v3")
-        copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
-                "results/mini_study_v3", out]
-        if smoke:
-            return [copy, [PY, "scripts/table2/study.py", "--study=v3", "--report_only", f"--out={out}"]]
-        cache = [PY, "-c", "import shutil, sys, os; os.path.isdir(sys.argv[1]) and shutil.copytree(sys.argv[1], "
-                 "sys.argv[2], dirs_exist_ok=True)", f"{MINI3_DATA}/gt_cache", f"{work}/mini3_runs/gt_cache"]
-        return [copy, cache, [PY, "scripts/table2/study.py", "--study=v3", "--device=cuda", "--lanes=8", "--prebuilt",
-                              f"--data_dir={MINI3_DATA}", f"--runs={work}/mini3_runs", f"--out={out}",
-                              f"--sandbox={judge_sandbox()}"]]
-
-    def mini3_t() -> list[list[str]]:
-        """Part T of the v3 study continued on the device (scripts/table2/study.py --study=v3t), as mini3_seeds
-        continues P: T's kept results copied beside the report, then the runs they lack (the 900-step Relay run,
-        three to six hours on one CPU core, among them), eight lanes at once. T reads v2's files, which are P's byte for
-        byte (the same sha256 in both studies' data.json), so it reads the data mini3_seeds carries."""
-        out = os.path.join(os.path.dirname(work), "mini_study_v3_t")
-        copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
-                "results/mini_study_v3_t", out]
-        if smoke:
-            return [copy, [PY, "scripts/table2/study.py", "--study=v3t", "--report_only", f"--out={out}"]]
-        cache = [PY, "-c", "import shutil, sys, os; os.path.isdir(sys.argv[1]) and shutil.copytree(sys.argv[1], "
-                 "sys.argv[2], dirs_exist_ok=True)", f"{MINI3_DATA}/gt_cache", f"{work}/mini3t_runs/gt_cache"]
-        return [copy, cache, [PY, "scripts/table2/study.py", "--study=v3t", "--device=cuda", "--lanes=8", "--prebuilt",
-                              f"--data_dir={MINI3_DATA}", f"--runs={work}/mini3t_runs", f"--out={out}",
-                              f"--sandbox={judge_sandbox()}"]]
+        def commands() -> list[list[str]]:
+            out = os.path.join(os.path.dirname(work), folder)
+            copy = [PY, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2], dirs_exist_ok=True)",
+                    f"results/{folder}", out]
+            if smoke:
+                return [copy, [PY, "scripts/table2/study.py", f"--study={name}", "--report_only", f"--out={out}"]]
+            cache = [PY, "-c", "import shutil, sys, os; os.path.isdir(sys.argv[1]) and shutil.copytree(sys.argv[1], "
+                     "sys.argv[2], dirs_exist_ok=True)", f"{MINI3_DATA}/gt_cache", f"{work}/{runs}/gt_cache"]
+            return [copy, cache, [PY, "scripts/table2/study.py", f"--study={name}", "--device=cuda", "--lanes=8",
+                                  "--prebuilt", f"--data_dir={MINI3_DATA}", f"--runs={work}/{runs}", f"--out={out}",
+                                  f"--sandbox={judge_sandbox()}"]]
+        return commands
 
     def generate() -> list[list[str]]:
         sizes = ["--shape=tiny", "--device=cpu", "--max_new_tokens=32", "--batch_size=2"] if smoke else \
@@ -218,11 +204,15 @@ def plan(smoke: bool, work: str) -> list[Part]:
              "standin_crossover.png)\n\n![ladder](gpu_standin/standin_ladder.png)"),
         # then the Table 2 study's seeds, which take the CPU about 10 hours (resumable: a second command continues)
         Part("mini3_seeds", "Table 2 in miniature v3, part P: the fine-tunes the kept results lack, eight lanes at once",
-             mini3_seeds, 540, 420, r"mean NFE per test task at tau 0.85", keep=r"^\||^Relay - SFT"),
-        # then T's runs: v2's micro-batches of 8 rows take a quarter of P's kernel launches per row, so the 900 steps
+             mini3_study("v3", "mini_study_v3", "mini3_runs"), 540, 420, r"mean NFE per test task at tau 0.85",
+             keep=r"^\||^Relay - SFT"),
+        # then part T (--study=v3t), which reads v2's files: P's byte for byte (the same sha256 in both studies'
+        # data.json), so the data mini3_seeds carries; among its runs the 900-step Relay run, three to six hours on
+        # one CPU core. v2's micro-batches of 8 rows take a quarter of P's kernel launches per row, so the 900 steps
         # should take minutes (an estimate from P's H200 run, not measured; resumable: a second command continues)
         Part("mini3_t", "Table 2 in miniature v3, part T: the runs the kept results lack, eight lanes at once",
-             mini3_t, 540, 480, r"^\| rate: Relay at 1e-3 - SFT", keep=r"^\|"),
+             mini3_study("v3t", "mini_study_v3_t", "mini3t_runs"), 540, 480, r"^\| rate: Relay at 1e-3 - SFT",
+             keep=r"^\|"),
         # then what has never run on a GPU, or failed there (the device tests, fixed since the H200 run)
         Part("tests", "Test suite on the device", tests, 480, 100, r"\d+ passed",
              keep=r"passed|failed|error|^FAILED |^ERROR |on (cuda|cpu)"),
